@@ -1,0 +1,66 @@
+// The `loom` executable: dispatches to a subcommand and maps errors to exit codes. This is the
+// one place that catches loom::Error for reporting (CONVENTIONS.md "Errors").
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "loom/core/error.h"
+#include "loom/core/exit_codes.h"
+#include "usage.h"
+
+namespace {
+
+int dispatch(const std::vector<std::string>& args) {
+    using loom::cli::find_command;
+    if (args.empty()) {
+        std::cerr << loom::cli::general_usage();
+        return loom::to_int(loom::ExitCode::kUsageOrConfig);
+    }
+    if (args[0] == "--version" || args[0] == "-V" || args[0] == "version") {
+        std::cout << loom::cli::version_line() << "\n";
+        return loom::to_int(loom::ExitCode::kOk);
+    }
+    if (args[0] == "--help" || args[0] == "-h") {
+        std::cout << loom::cli::general_usage();
+        return loom::to_int(loom::ExitCode::kOk);
+    }
+    std::size_t consumed = 0;
+    const loom::cli::Command* command = find_command(args, consumed);
+    if (command == nullptr) {
+        std::string hint;
+        for (const loom::cli::Command& c : loom::cli::all_commands()) {
+            if (c.name.rfind(args[0] + " ", 0) == 0)
+                hint = " (did you mean `loom " + c.name + "`?)";
+        }
+        throw loom::UsageError("unknown command '" + args[0] + "'" + hint +
+                               "; run `loom help` for the list");
+    }
+    return command->run(
+        std::vector<std::string>(args.begin() + static_cast<long>(consumed), args.end()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    try {
+        return dispatch(args);
+    } catch (const loom::ConfigError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kUsageOrConfig);
+    } catch (const loom::UsageError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kUsageOrConfig);
+    } catch (const loom::IoError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kInputError);
+    } catch (const loom::FormatError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kInputError);
+    } catch (const std::exception& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kFailure);
+    }
+}

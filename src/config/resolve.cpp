@@ -1,0 +1,167 @@
+#include "resolve.h"
+
+#include <cctype>
+#include <utility>
+
+#include "loom/config/arch.h"
+#include "loom/core/error.h"
+
+namespace loom::config::detail {
+
+namespace {
+
+class Resolver {
+  public:
+    explicit Resolver(ReadResult& r) : r_(r) {}
+
+    void run() {
+        Job& job = r_.job;
+        for (std::size_t i = 0; i < job.config.process.size(); ++i) {
+            resolve_process(job.config, job.config.process[i],
+                            "config.process." + std::to_string(i));
+        }
+    }
+
+  private:
+    // Where `path` was read, or the nearest enclosing section that was.
+    std::string where(const std::string& path) const {
+        std::string p = path;
+        while (true) {
+            auto it = r_.locations.find(p);
+            if (it != r_.locations.end()) return it->second;
+            const std::size_t dot = p.rfind('.');
+            if (dot == std::string::npos) break;
+            p.resize(dot);
+        }
+        auto root = r_.locations.find("");
+        return root != r_.locations.end() ? root->second : std::string();
+    }
+
+    bool was_given(const std::string& path) const { return r_.locations.count(path) > 0; }
+
+    [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+        throw ConfigError(where(path), path, message);
+    }
+
+    // `at` is the key whose position is shown, `path` the key the warning is about.
+    void warn(DiagnosticKind kind, const std::string& path, std::string message,
+              const std::string& at = "") {
+        r_.warnings.push_back({kind, where(at.empty() ? path : at), path, std::move(message)});
+    }
+
+    void resolve_process(const JobConfig& config, ProcessConfig& p, const std::string& path) {
+        if (!p.name) p.name = config.name;
+        if (!p.training_folder) p.training_folder = config.training_folder;
+        if (!p.training_folder) {
+            fail(path, "missing required key " + path +
+                           ".training_folder (the folder that holds run folders, e.g. output)");
+        }
+        check_device(p.device, path + ".device");
+
+        NetworkConfig& n = p.network;
+        if (!n.linear_alpha) n.linear_alpha = n.alpha;
+        if (n.conv && !n.conv_alpha) n.conv_alpha = static_cast<double>(*n.conv);
+
+        for (std::size_t i = 0; i < p.datasets.size(); ++i) {
+            DatasetConfig& d = p.datasets[i];
+            if (!d.caption_ext.empty() && d.caption_ext.front() != '.') {
+                d.caption_ext = "." + d.caption_ext;
+            }
+            if (!d.trigger_word) d.trigger_word = p.trigger_word;
+        }
+
+        resolve_model(p, path + ".model");
+
+        TrainConfig& t = p.train;
+        if (t.min_denoising_steps > t.max_denoising_steps) {
+            fail(path + ".train.min_denoising_steps",
+                 path + ".train.min_denoising_steps (" + std::to_string(t.min_denoising_steps) +
+                     ") must be <= max_denoising_steps (" + std::to_string(t.max_denoising_steps) +
+                     ")");
+        }
+        if (t.gradient_accumulation > 1 && t.gradient_accumulation_steps > 1) {
+            fail(path + ".train.gradient_accumulation_steps",
+                 path +
+                     ".train.gradient_accumulation and gradient_accumulation_steps cannot "
+                     "both be above 1 (as in ai-toolkit); use gradient_accumulation");
+        }
+    }
+
+    void check_device(const std::string& device, const std::string& path) const {
+        if (device == "cpu" || device == "sim" || device == "cuda") return;
+        if (device.rfind("cuda:", 0) == 0 && device.size() > 5) {
+            bool digits = true;
+            for (std::size_t i = 5; i < device.size(); ++i) {
+                digits = digits && std::isdigit(static_cast<unsigned char>(device[i]));
+            }
+            if (digits) return;
+        }
+        fail(path, path + " must be cpu, sim, cuda or cuda:N, got '" + device + "'");
+    }
+
+    void resolve_model(ProcessConfig& p, const std::string& path) {
+        ModelConfig& m = p.model;
+        // Legacy flags in ai-toolkit's order (config_modules.py ModelConfig).
+        const std::pair<bool, const char*> flags[] = {
+            {m.is_v2, "sd2"},
+            {m.is_v3, "sd3"},
+            {m.is_xl, "sdxl"},
+            {m.is_flux, "flux"},
+            {m.is_pixart, "pixart"},
+            {m.is_pixart_sigma, "pixart_sigma"},
+            {m.is_auraflow, "auraflow"},
+            {m.is_lumina2, "lumina2"},
+            {m.is_ssd, "ssd"},
+            {m.is_vega, "vega"},
+        };
+        std::string flagged;
+        for (const auto& [set, arch] : flags) {
+            if (set && flagged.empty()) flagged = arch;
+        }
+        if (m.arch) {
+            std::string arch = *m.arch;
+            if (const std::size_t colon = arch.find(':'); colon != std::string::npos) {
+                arch.resize(colon);  // "name:tag" is accepted and the tag stripped
+            }
+            if (find_arch(arch) == nullptr) {
+                fail(path + ".arch", path + ".arch '" + *m.arch +
+                                         "' is not an ai-toolkit architecture (loom trains " +
+                                         trainable_arch_list() + ")");
+            }
+            if (!flagged.empty() && flagged != arch) {
+                warn(DiagnosticKind::kNote, path + ".arch",
+                     path + ".arch is '" + arch + "' but a legacy flag says '" + flagged +
+                         "'; the arch key wins");
+            }
+            m.arch = arch;
+        } else {
+            m.arch = flagged.empty() ? "sd1" : flagged;
+        }
+        if (!find_arch(*m.arch)->trainable) {
+            warn(DiagnosticKind::kNotTrainable, path + ".arch",
+                 path + ".arch '" + *m.arch +
+                     "' is an ai-toolkit architecture that loom cannot train yet (loom trains " +
+                     trainable_arch_list() + ")",
+                 was_given(path + ".arch") ? path + ".arch" : path);
+        }
+
+        // ai-toolkit overwrites model.dtype with train.dtype.
+        if (was_given(path + ".dtype") && m.dtype != p.train.dtype) {
+            warn(DiagnosticKind::kNote, path + ".dtype",
+                 path + ".dtype '" + m.dtype + "' is replaced by train.dtype '" + p.train.dtype +
+                     "', as ai-toolkit does");
+        }
+        m.dtype = p.train.dtype;
+        if (!m.quantize_te) m.quantize_te = m.quantize;
+    }
+
+    ReadResult& r_;
+};
+
+}  // namespace
+
+void resolve_job(ReadResult& result) {
+    Resolver(result).run();
+}
+
+}  // namespace loom::config::detail

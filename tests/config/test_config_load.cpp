@@ -1,0 +1,233 @@
+// Valid job files: defaults equal ai-toolkit's, substitutions, aliases, warnings.
+
+#include <gtest/gtest.h>
+
+#include "job_text.h"
+
+namespace loom::config {
+namespace {
+
+using testing::kMinimalJob;
+using testing::load;
+
+std::string with(const std::string& extra) {
+    return std::string(kMinimalJob) + extra;
+}
+
+TEST(ConfigDefaults, MatchAiToolkit) {
+    const LoadedJob loaded = load(kMinimalJob);
+    EXPECT_TRUE(loaded.warnings.empty());
+    const ProcessConfig& p = loaded.job.config.process.at(0);
+    EXPECT_EQ(p.train.steps, 1000);
+    EXPECT_DOUBLE_EQ(p.train.lr, 1e-6);
+    EXPECT_EQ(p.train.batch_size, 1);
+    EXPECT_EQ(p.train.optimizer, "adamw");
+    EXPECT_EQ(p.train.lr_scheduler, "constant");
+    EXPECT_EQ(p.train.dtype, "fp32");
+    EXPECT_TRUE(p.train.gradient_checkpointing);
+    EXPECT_DOUBLE_EQ(p.train.max_grad_norm, 1.0);
+    EXPECT_EQ(p.network.type, "lora");
+    EXPECT_EQ(p.network.linear, 4);
+    EXPECT_DOUBLE_EQ(p.network.alpha, 1.0);
+    ASSERT_TRUE(p.network.linear_alpha.has_value());
+    EXPECT_DOUBLE_EQ(*p.network.linear_alpha, 1.0);  // linear_alpha defaults to alpha
+    EXPECT_EQ(p.save.save_every, 1000);
+    EXPECT_EQ(p.save.dtype, "float16");
+    EXPECT_EQ(p.save.max_step_saves_to_keep, 5);
+    EXPECT_EQ(p.sample.sampler, "ddpm");
+    EXPECT_EQ(p.sample.sample_every, 100);
+    EXPECT_EQ(p.sample.width, 512);
+    EXPECT_DOUBLE_EQ(p.sample.guidance_scale, 7.0);
+    EXPECT_EQ(p.sample.sample_steps, 20);
+    EXPECT_EQ(p.datasets.at(0).caption_ext, ".txt");
+    EXPECT_EQ(p.datasets.at(0).resolution, std::vector<int>{512});
+    EXPECT_EQ(p.datasets.at(0).num_workers, 2);
+    EXPECT_EQ(p.logging.log_every, 100);
+    EXPECT_EQ(*p.model.arch, "sd1");
+    EXPECT_EQ(*p.name, "test");  // the process name defaults to config.name
+    // loom's own oom: block (DESIGN.md)
+    EXPECT_TRUE(p.oom.enabled);
+    EXPECT_TRUE(p.oom.probe);
+    EXPECT_EQ(p.oom.stable_after, 50);
+    EXPECT_FALSE(p.oom.scale_up);
+    EXPECT_EQ(p.oom.reuse_stable, "auto");
+    EXPECT_FALSE(p.oom.vram_limit.has_value());
+}
+
+TEST(ConfigValues, ExponentWithoutDotIsAFloat) {
+    const LoadedJob loaded = load(with("      train:\n        lr: 1e-4\n"));
+    EXPECT_DOUBLE_EQ(loaded.job.config.process[0].train.lr, 1e-4);
+}
+
+TEST(ConfigValues, ResolutionIntOrList) {
+    auto job = load(std::string(kMinimalJob) + "      sample: {}\n")
+                   .job;  // sanity: empty section gives defaults
+    EXPECT_EQ(job.config.process[0].sample.width, 512);
+    const std::string one = "          resolution: 768\n";
+    const std::string many = "          resolution: [512, 768, 1024]\n";
+    std::string t1 = kMinimalJob;
+    t1.insert(t1.find("      model:"), one);
+    std::string t2 = kMinimalJob;
+    t2.insert(t2.find("      model:"), many);
+    EXPECT_EQ(load(t1).job.config.process[0].datasets[0].resolution, std::vector<int>{768});
+    EXPECT_EQ(load(t2).job.config.process[0].datasets[0].resolution,
+              (std::vector<int>{512, 768, 1024}));
+}
+
+TEST(ConfigValues, RankIsAnAliasOfLinear) {
+    const LoadedJob loaded = load(with("      network:\n        rank: 16\n        alpha: 8\n"));
+    const NetworkConfig& n = loaded.job.config.process[0].network;
+    EXPECT_EQ(n.linear, 16);
+    EXPECT_DOUBLE_EQ(*n.linear_alpha, 8.0);
+}
+
+TEST(ConfigValues, ConvAlphaDefaultsToConv) {
+    const LoadedJob loaded = load(with("      network:\n        conv: 8\n"));
+    EXPECT_DOUBLE_EQ(*loaded.job.config.process[0].network.conv_alpha, 8.0);
+}
+
+TEST(ConfigValues, VramLimitParsesSizes) {
+    const LoadedJob loaded = load(with("      oom:\n        vram_limit: 1.5GB\n"));
+    EXPECT_EQ(loaded.job.config.process[0].oom.vram_limit->bytes, 1500000000u);
+}
+
+TEST(ConfigValues, CaptionExtGetsADot) {
+    std::string text = kMinimalJob;
+    text.insert(text.find("      model:"), "          caption_ext: caption\n");
+    EXPECT_EQ(load(text).job.config.process[0].datasets[0].caption_ext, ".caption");
+}
+
+TEST(ConfigValues, DatasetInheritsProcessTriggerWord) {
+    const LoadedJob loaded = load(with("      trigger_word: p3r5on\n"));
+    EXPECT_EQ(*loaded.job.config.process[0].datasets[0].trigger_word, "p3r5on");
+}
+
+TEST(ConfigValues, LegacyFlagsMapToArch) {
+    EXPECT_EQ(*load(with("        is_xl: true\n")).job.config.process[0].model.arch, "sdxl");
+    EXPECT_EQ(*load(with("        arch: 'sdxl:custom'\n")).job.config.process[0].model.arch,
+              "sdxl");
+}
+
+TEST(ConfigValues, ModelDtypeFollowsTrainDtype) {
+    const LoadedJob loaded = load(with("      train:\n        dtype: bf16\n"));
+    EXPECT_EQ(loaded.job.config.process[0].model.dtype, "bf16");
+}
+
+TEST(ConfigValues, TrainingFolderFallsBackToJobLevel) {
+    std::string text = kMinimalJob;
+    text.replace(text.find("      training_folder: out\n"), 27, "");
+    text.insert(text.find("  process:"), "  training_folder: runs\n");
+    EXPECT_EQ(*load(text).job.config.process[0].training_folder, "runs");
+}
+
+TEST(ConfigValues, SeveralProcessesInOrder) {
+    std::string text = kMinimalJob;
+    text +=
+        "    - type: sd_trainer\n      name: second\n      training_folder: out2\n"
+        "      datasets:\n        - folder_path: d2\n      model:\n"
+        "        name_or_path: m2\n";
+    const LoadedJob loaded = load(text);
+    ASSERT_EQ(loaded.job.config.process.size(), 2u);
+    EXPECT_EQ(*loaded.job.config.process[1].name, "second");
+    EXPECT_EQ(*loaded.job.config.process[1].training_folder, "out2");
+}
+
+TEST(ConfigSubstitution, NameIsReplacedEverywhere) {
+    const LoadedJob loaded = load(
+        with("      sample:\n        prompts: ['a [name] photo']\nmeta:\n  name: \"[name]\"\n"));
+    EXPECT_EQ(loaded.job.config.process[0].sample.prompts.at(0), "a test photo");
+    EXPECT_EQ(loaded.job.meta.at(0).second, "test");
+}
+
+TEST(ConfigSubstitution, EnvironmentVariables) {
+    std::string text = kMinimalJob;
+    text.replace(text.find("models/tiny"), 11, "${MODELS}/tiny");
+    const LoadedJob loaded = load(text, {}, {{"MODELS", "/srv/models"}});
+    EXPECT_EQ(loaded.job.config.process[0].model.name_or_path, "/srv/models/tiny");
+}
+
+TEST(ConfigSubstitution, EnvironmentThenName) {
+    std::string text = kMinimalJob;
+    text.replace(text.find("name: test"), 10, "name: ${RUN}");
+    text += "meta:\n  title: \"[name] v1\"\n";
+    const LoadedJob loaded = load(text, {}, {{"RUN", "night"}});
+    EXPECT_EQ(loaded.job.config.name, "night");
+    EXPECT_EQ(loaded.job.meta.at(0).second, "night v1");
+}
+
+TEST(ConfigMeta, NonStringValuesBecomeJsonText) {
+    const LoadedJob loaded = load(with("meta:\n  tags: [a, b]\n  version: 1.0\n"));
+    EXPECT_EQ(loaded.job.meta.at(0),
+              (std::pair<std::string, std::string>{"tags", "[\"a\",\"b\"]"}));
+    EXPECT_EQ(loaded.job.meta.at(1), (std::pair<std::string, std::string>{"version", "1.0"}));
+}
+
+TEST(ConfigWarnings, UnknownKeyWithSuggestion) {
+    const LoadedJob loaded = load(with("      trian:\n        lr: 1e-4\n"));
+    ASSERT_EQ(loaded.warnings.size(), 1u);
+    EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kUnknownKey);
+    EXPECT_EQ(loaded.warnings[0].to_string(),
+              "job.yaml:12:7: warning: unknown key config.process.0.trian (did you mean "
+              "'train'?); it is ignored");
+}
+
+TEST(ConfigWarnings, UnknownKeyWithoutSuggestion) {
+    const LoadedJob loaded = load(with("      completely_unrelated: 1\n"));
+    ASSERT_EQ(loaded.warnings.size(), 1u);
+    EXPECT_EQ(loaded.warnings[0].to_string(),
+              "job.yaml:12:7: warning: unknown key config.process.0.completely_unrelated; it is "
+              "ignored");
+}
+
+TEST(ConfigWarnings, NotSupportedYetKeyIsDistinct) {
+    const LoadedJob loaded = load(with("      train:\n        min_snr_gamma: 5\n"));
+    ASSERT_EQ(loaded.warnings.size(), 1u);
+    EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotSupportedYet);
+    EXPECT_EQ(loaded.warnings[0].to_string(),
+              "job.yaml:13:9: warning: config.process.0.train.min_snr_gamma is an ai-toolkit "
+              "setting that loom does not support yet; it is ignored");
+}
+
+TEST(ConfigWarnings, NotSupportedYetValue) {
+    const LoadedJob loaded = load(with("      train:\n        optimizer: adamw8bit\n"));
+    ASSERT_EQ(loaded.warnings.size(), 1u);
+    EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotSupportedYet);
+    EXPECT_EQ(loaded.warnings[0].to_string(),
+              "job.yaml:13:20: warning: config.process.0.train.optimizer: 'adamw8bit' is an "
+              "ai-toolkit value that loom does not support yet; loom trains with 32-bit AdamW "
+              "instead");
+}
+
+TEST(ConfigWarnings, NonDefaultValueOfPartlySupportedKey) {
+    const LoadedJob loaded = load(with("      save:\n        push_to_hub: true\n"));
+    ASSERT_EQ(loaded.warnings.size(), 1u);
+    EXPECT_EQ(loaded.warnings[0].to_string(),
+              "job.yaml:13:22: warning: config.process.0.save.push_to_hub: 'true' is not "
+              "supported by loom yet; nothing is uploaded");
+    EXPECT_TRUE(load(with("      save:\n        push_to_hub: false\n")).warnings.empty());
+}
+
+TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
+    const LoadedJob loaded = load(with("        is_flux: true\n"));
+    ASSERT_EQ(loaded.warnings.size(), 1u);
+    EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotTrainable);
+    EXPECT_EQ(loaded.warnings[0].to_string(),
+              "job.yaml:11:9: warning: config.process.0.model.arch 'flux' is an ai-toolkit "
+              "architecture that loom cannot train yet (loom trains sd1, sdxl)");
+}
+
+TEST(ConfigWarnings, StrictTurnsWarningsIntoErrors) {
+    LoadOptions options;
+    options.strict = true;
+    try {
+        load(with("      trian: {}\n      sampel: {}\n"), options);
+        FAIL() << "expected a ConfigError";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "job.yaml:12:7: unknown key config.process.0.trian (did you mean 'train'?); it "
+                  "is ignored (and 1 more; run without --strict to see every warning) [--strict]");
+    }
+}
+
+}  // namespace
+}  // namespace loom::config
