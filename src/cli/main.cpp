@@ -37,8 +37,14 @@ int dispatch(const std::vector<std::string>& args) {
         throw loom::UsageError("unknown command '" + args[0] + "'" + hint +
                                "; run `loom help` for the list");
     }
-    return command->run(
-        std::vector<std::string>(args.begin() + static_cast<long>(consumed), args.end()));
+    const std::vector<std::string> rest(args.begin() + static_cast<long>(consumed), args.end());
+    for (const std::string& a : rest) {
+        if (a == "--help" || a == "-h") {
+            std::cout << command->help();
+            return loom::to_int(loom::ExitCode::kOk);
+        }
+    }
+    return command->run(rest);
 }
 
 }  // namespace
