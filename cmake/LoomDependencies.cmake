@@ -46,6 +46,7 @@ target_compile_options(loom_torch INTERFACE ${_loom_torch_flags})
 add_library(loom_torch_pch STATIC "${CMAKE_SOURCE_DIR}/cmake/torch_pch.cpp")
 target_link_libraries(loom_torch_pch PUBLIC loom_torch)
 target_precompile_headers(loom_torch_pch PRIVATE <torch/torch.h>)
+target_compile_options(loom_torch_pch PRIVATE ${LOOM_WARNING_FLAGS})
 
 # Targets whose sources include torch call this to reuse the precompiled header.
 function(loom_use_torch_pch target)

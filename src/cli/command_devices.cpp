@@ -1,58 +1,81 @@
-// loom devices: what loom can train on.
+// loom devices [--vram SIZE] [--faults RULES]: the devices loom can train on, with memory.
 
-#include <torch/cuda.h>
-
-#include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <sstream>
-#include <thread>
+#include <optional>
 
 #include "command.h"
 #include "loom/core/byte_size.h"
+#include "loom/core/error.h"
 #include "loom/core/exit_codes.h"
+#include "loom/device/device.h"
+#include "loom/device/faults.h"
 #include "options.h"
 
 namespace loom::cli {
 
 namespace {
 
-// MemTotal and MemAvailable from /proc/meminfo, in bytes (0 when unavailable).
-std::pair<std::uint64_t, std::uint64_t> host_memory() {
-    std::ifstream in("/proc/meminfo");
-    std::string key;
-    std::uint64_t value = 0;
-    std::string unit;
-    std::uint64_t total = 0;
-    std::uint64_t available = 0;
-    while (in >> key >> value >> unit) {
-        if (key == "MemTotal:") total = value * 1024;
-        if (key == "MemAvailable:") available = value * 1024;
-    }
-    return {total, available};
+cxxopts::Options devices_options() {
+    cxxopts::Options options("loom devices",
+                             "List the devices loom can train on, with total and free memory. "
+                             "`sim` is the simulated accelerator; its total is the --vram budget.");
+    options.add_options()("vram",
+                          "Memory cap: the sim budget, or the CUDA allocator's limit "
+                          "(e.g. 96MiB, 8GiB; default: none)",
+                          cxxopts::value<std::string>(), "SIZE")(
+        "faults",
+        "Fault-injection rules, as LOOM_FAULTS (e.g. dirty; default: $LOOM_FAULTS or none)",
+        cxxopts::value<std::string>(), "RULES");
+    return options;
 }
 
-cxxopts::Options devices_options() {
-    cxxopts::Options options("loom devices", "List the devices loom can train on.");
-    return options;
+void print_row(const std::string& name, const std::string& description, const MemoryStats& s,
+               bool has_memory) {
+    std::cout << std::left << std::setw(8) << name << std::setw(52) << description;
+    if (has_memory) {
+        std::cout << std::setw(13) << format_bytes_human(s.total) << format_bytes_human(s.free);
+    } else {
+        std::cout << std::setw(13) << "-"
+                  << "-";
+    }
+    std::cout << "\n";
 }
 
 int run_devices(const std::vector<std::string>& args) {
     cxxopts::Options options = devices_options();
-    parse_options(options, "devices", args);
-    const auto [total, available] = host_memory();
-    std::cout << std::left << std::setw(8) << "DEVICE" << std::setw(36) << "DESCRIPTION"
-              << std::setw(14) << "TOTAL"
-              << "FREE\n";
-    std::ostringstream cpu;
-    cpu << "host CPU, " << std::thread::hardware_concurrency() << " threads";
-    std::cout << std::setw(8) << "cpu" << std::setw(36) << cpu.str() << std::setw(14)
-              << format_bytes_human(total) << format_bytes_human(available) << "\n";
-    const std::size_t cuda_count = torch::cuda::device_count();
-    for (std::size_t i = 0; i < cuda_count; ++i) {
-        std::cout << std::setw(8) << ("cuda:" + std::to_string(i)) << "CUDA device\n";
+    const cxxopts::ParseResult parsed = parse_options(options, "devices", args);
+    std::optional<std::uint64_t> vram;
+    if (parsed.count("vram")) {
+        try {
+            vram = parse_byte_size(parsed["vram"].as<std::string>());
+        } catch (const Error& e) {
+            throw UsageError(std::string("loom devices: --vram: ") + e.what());
+        }
     }
-    if (cuda_count == 0) std::cout << "(no CUDA device visible)\n";
+    configure_faults(parsed.count("faults")
+                         ? std::optional<std::string>(parsed["faults"].as<std::string>())
+                         : std::nullopt);
+
+    std::cout << std::left << std::setw(8) << "DEVICE" << std::setw(52) << "DESCRIPTION"
+              << std::setw(13) << "TOTAL"
+              << "FREE\n";
+    {
+        auto cpu = open_device({DeviceKind::kCpu});
+        print_row("cpu", cpu->description(), cpu->stats(), true);
+    }
+    if (vram) {
+        auto sim = open_device({DeviceKind::kSim}, vram);
+        print_row("sim", sim->description(), sim->stats(), true);
+    } else {
+        print_row("sim", "sim (simulated accelerator; give --vram SIZE)", {}, false);
+    }
+    const int count = cuda_device_count();
+    for (int i = 0; i < count; ++i) {
+        auto cuda = open_device({DeviceKind::kCuda, i}, vram);
+        print_row(cuda->spec().to_string(), cuda->description(), cuda->stats(), true);
+    }
+    if (count == 0) std::cout << "(no CUDA device visible)\n";
     return to_int(ExitCode::kOk);
 }
 

@@ -2,12 +2,14 @@
 // one place that catches loom::Error for reporting (CONVENTIONS.md "Errors").
 
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "command.h"
 #include "loom/core/error.h"
 #include "loom/core/exit_codes.h"
+#include "loom/device/faults.h"
 #include "usage.h"
 
 namespace {
@@ -52,6 +54,9 @@ int dispatch(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
     const std::vector<std::string> args(argv + 1, argv + argc);
     try {
+        // A malformed LOOM_FAULTS is an error at start-up, before any work (--faults, where a
+        // command has it, replaces it later).
+        loom::configure_faults(std::nullopt);
         return dispatch(args);
     } catch (const loom::ConfigError& e) {
         std::cerr << "error: " << e.what() << "\n";

@@ -111,7 +111,22 @@ run check_examples 0 -- "$LOOM" config check configs/sd15_lora.yaml configs/sdxl
 expect check_examples err "model.arch 'flux' is an ai-toolkit architecture that loom cannot train yet"
 
 run devices 0 -- "$LOOM" devices
-expect devices out "cpu"
+expect devices out "cpu (host memory, no budget)"
+expect devices out "give --vram SIZE"
+
+run devices_sim 0 -- "$LOOM" devices --vram 96MiB
+expect devices_sim out "sim (simulated accelerator, budget 96.00 MiB)"
+expect devices_sim out "96.00 MiB    96.00 MiB"
+
+run devices_dirty 0 -- "$LOOM" devices --vram 96MiB --faults dirty
+expect devices_dirty out "96.00 MiB    0 bytes"
+
+run devices_bad_vram 2 -- "$LOOM" devices --vram lots
+expect devices_bad_vram err "loom devices: --vram: invalid size 'lots'"
+
+LOOM_FAULTS="oom:phase=nowhere" "$LOOM" --version >"$TMP/bad_faults.out" 2>"$TMP/bad_faults.err"
+if [ $? -eq 2 ] && grep -qF "invalid fault rule 'oom:phase=nowhere': unknown phase 'nowhere'" "$TMP/bad_faults.err"; then
+  passed=$((passed + 1)); else echo "FAIL bad LOOM_FAULTS is not a start-up error"; failed=$((failed + 1)); fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,61 @@
+#pragma once
+
+// Where tensors live and how much memory is left there (DESIGN.md "Devices and the simulated
+// GPU"):
+//   cuda:N  a real GPU; memory from the CUDA caching allocator, optionally capped (--vram)
+//   sim     a simulated accelerator on the CPU with a byte budget (SimAllocator)
+//   cpu     plain CPU, no budget
+// A Device is used from the training thread; stats() may be called from any thread.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "loom/device/device_spec.h"
+#include "loom/device/memory_stats.h"
+
+namespace loom {
+
+class Device {
+  public:
+    virtual ~Device() = default;
+
+    const DeviceSpec& spec() const { return spec_; }
+    // "sim (budget 96.00 MiB)", "cuda:0 (NVIDIA H200)", "cpu".
+    virtual std::string description() const = 0;
+    // The c10 device tensors are placed on (kCPU for sim and cpu).
+    virtual c10::Device torch_device() const = 0;
+
+    virtual MemoryStats stats() const = 0;
+    virtual void reset_peak() = 0;
+    // Returns cached, unused memory to the device (CUDA); a no-op elsewhere.
+    virtual void empty_cache() = 0;
+    // Waits for queued device work to finish.
+    virtual void synchronize() = 0;
+
+    // A device-resident copy of `t` (or `t` itself when it already is one).
+    virtual at::Tensor to_device(const at::Tensor& t) const = 0;
+    // A host-resident copy of `t`, in pinned memory on CUDA; never counts against the budget.
+    virtual at::Tensor to_host(const at::Tensor& t) const = 0;
+
+  protected:
+    explicit Device(DeviceSpec spec) : spec_(spec) {}
+
+  private:
+    DeviceSpec spec_;
+};
+
+// Opens a device. `vram_limit` caps usable memory: the budget on sim (required there), the
+// allocator's memory fraction on CUDA; ignored on cpu. Throws loom::Error when the device does
+// not exist or the limit is unusable.
+std::unique_ptr<Device> open_device(const DeviceSpec& spec,
+                                    std::optional<std::uint64_t> vram_limit = std::nullopt);
+
+// Number of CUDA devices visible to this process (0 without a GPU or driver).
+int cuda_device_count();
+
+}  // namespace loom

@@ -1,0 +1,94 @@
+#pragma once
+
+// Fault injection for tests and demos: LOOM_FAULTS / --faults, rules separated by ';':
+//
+//   oom:phase=P[:step=N][:times=K]  OOM at the next device allocation inside phase P (at
+//                                    training step N when given), K times (default 1)
+//   oom:alloc=N                      the N-th device allocation fails (1-based, non-empty ones)
+//   dirty                            the device reports almost nothing free before anything is
+//                                    allocated, and every allocation fails
+//   flaky:p=X:seed=S                 each device allocation fails with probability X
+//
+// The guard marks the current phase and step (PhaseScope); the simulated device's allocator asks
+// the injector before each device allocation. Thread-safe.
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/device/phase.h"
+
+namespace loom {
+
+struct FaultRule {
+    enum class Kind { kOomInPhase, kOomAtAllocation, kDirty, kFlaky };
+    Kind kind = Kind::kOomInPhase;
+    Phase phase = Phase::kNone;        // kOomInPhase
+    std::optional<std::int64_t> step;  // kOomInPhase: only at this training step
+    int times = 1;                     // kOomInPhase: how many allocations fail
+    std::uint64_t allocation = 0;      // kOomAtAllocation
+    double probability = 0.0;          // kFlaky
+    std::uint64_t seed = 0;            // kFlaky
+    std::string text;                  // the rule as written, for messages
+};
+
+// Parses a LOOM_FAULTS string; throws loom::UsageError naming the bad rule and the grammar.
+std::vector<FaultRule> parse_faults(std::string_view text);
+
+class FaultInjector {
+  public:
+    // Replaces the rules and resets every counter.
+    void configure(std::vector<FaultRule> rules);
+    void clear() { configure({}); }
+    bool active() const;
+
+    // The guard's current phase and training step.
+    void set_phase(Phase phase, std::optional<std::int64_t> step = std::nullopt);
+    Phase phase() const;
+    std::optional<std::int64_t> step() const;
+
+    // Called for each device allocation of `bytes` (> 0). Returns the rule text when this
+    // allocation must fail, nullopt otherwise. Counts the allocation either way.
+    std::optional<std::string> on_device_allocation(std::uint64_t bytes);
+
+    // True when a `dirty` rule is active: the device must report (almost) nothing free.
+    bool dirty() const;
+
+    // Device allocations seen since configure().
+    std::uint64_t allocations_seen() const;
+
+  private:
+    mutable std::mutex mutex_;
+    std::vector<FaultRule> rules_;
+    std::vector<int> fired_;  // per rule
+    Phase phase_ = Phase::kNone;
+    std::optional<std::int64_t> step_;
+    std::uint64_t allocations_ = 0;
+    std::vector<std::mt19937_64> rngs_;  // per rule (flaky)
+};
+
+// The process-wide injector (no rules until configured).
+FaultInjector& fault_injector();
+
+// Configures the process-wide injector from --faults when given, else from LOOM_FAULTS; called
+// at start-up so a malformed rule stops the program before any work (UsageError).
+void configure_faults(const std::optional<std::string>& flag);
+
+// Marks a phase (and step) for its lifetime, restoring the previous one after.
+class PhaseScope {
+  public:
+    explicit PhaseScope(Phase phase, std::optional<std::int64_t> step = std::nullopt);
+    ~PhaseScope();
+    PhaseScope(const PhaseScope&) = delete;
+    PhaseScope& operator=(const PhaseScope&) = delete;
+
+  private:
+    Phase previous_;
+    std::optional<std::int64_t> previous_step_;
+};
+
+}  // namespace loom

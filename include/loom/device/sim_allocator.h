@@ -1,0 +1,91 @@
+#pragma once
+
+// The simulated accelerator's memory: a byte-budgeted c10 CPU allocator. Installed through c10's
+// allocator registry, it serves every CPU allocation in the process. Allocations are
+// device-resident (counted against the budget) unless the allocating thread is inside a
+// HostScope — host-resident memory (to_host copies, offloaded weights, caches, data-loader
+// buffers) does not count. A device allocation that would exceed the budget, or that fault
+// injection selects, throws c10::OutOfMemoryError with a CUDA-shaped message:
+//   "sim out of memory. Tried to allocate 16.00 MiB; 7.00 MiB free of 96.00 MiB budget"
+// Current and peak counts are exact to the byte (requested sizes). Thread-safe.
+
+#include <c10/core/Allocator.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/device/memory_stats.h"
+
+namespace at {
+class Tensor;
+}
+
+namespace loom {
+
+class SimAllocator final : public c10::Allocator {
+  public:
+    // The process-wide instance, registered with c10 on first call (static lifetime, as c10
+    // requires). Until set_budget() is called it counts nothing.
+    static SimAllocator& install();
+
+    // Starts accounting with `budget` bytes; the peak restarts from the current count.
+    void set_budget(std::uint64_t budget);
+    // Stops accounting (allocations become host-resident, nothing is refused).
+    void disable();
+    bool enabled() const { return enabled_.load(); }
+
+    std::uint64_t budget() const { return budget_.load(); }
+    std::uint64_t allocated() const { return current_.load(); }
+    std::uint64_t peak() const { return peak_.load(); }
+    void reset_peak() { peak_.store(current_.load()); }
+    std::uint64_t device_allocations() const { return device_allocations_.load(); }
+
+    // Allocation history of device-resident memory, like CUDA's memory history: every
+    // allocation, free and refused allocation while recording is on.
+    struct Event {
+        enum class Kind { kAlloc, kFree, kOom };
+        Kind kind;
+        std::uint64_t bytes;
+        std::uint64_t allocated_after;  // device bytes live after the event
+    };
+    void start_recording();
+    std::vector<Event> stop_recording();
+
+    // True when `tensor`'s storage was allocated here as device-resident memory.
+    static bool is_device_resident(const at::Tensor& tensor);
+
+    c10::DataPtr allocate(size_t n) override;
+    c10::DeleterFnPtr raw_deleter() const override { return &SimAllocator::deleter; }
+    void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  private:
+    SimAllocator() = default;
+    static void deleter(void* data);
+    void record(Event::Kind kind, std::uint64_t bytes, std::uint64_t allocated_after);
+    [[noreturn]] void refuse(std::uint64_t bytes, std::uint64_t free, const std::string& why);
+
+    std::atomic<bool> enabled_{false};
+    std::atomic<std::uint64_t> budget_{0};
+    std::atomic<std::uint64_t> current_{0};
+    std::atomic<std::uint64_t> peak_{0};
+    std::atomic<std::uint64_t> device_allocations_{0};
+    std::atomic<bool> recording_{false};
+    std::mutex history_mutex_;
+    std::vector<Event> history_;
+};
+
+// While alive, allocations made by this thread are host-resident (not counted). Nests.
+class HostScope {
+  public:
+    HostScope();
+    ~HostScope();
+    HostScope(const HostScope&) = delete;
+    HostScope& operator=(const HostScope&) = delete;
+    static bool active();
+};
+
+}  // namespace loom

@@ -1,0 +1,59 @@
+#pragma once
+
+// The three Device implementations. Internal to the device layer; everyone else uses
+// open_device() and the Device interface.
+
+#include "loom/device/device.h"
+
+namespace loom {
+
+class CpuDevice final : public Device {
+  public:
+    CpuDevice();
+    std::string description() const override;
+    c10::Device torch_device() const override;
+    MemoryStats stats() const override;
+    void reset_peak() override {}
+    void empty_cache() override {}
+    void synchronize() override {}
+    at::Tensor to_device(const at::Tensor& t) const override;
+    at::Tensor to_host(const at::Tensor& t) const override;
+};
+
+class SimAllocator;
+
+class SimDevice final : public Device {
+  public:
+    explicit SimDevice(std::uint64_t budget);
+    ~SimDevice() override;
+    std::string description() const override;
+    c10::Device torch_device() const override;
+    MemoryStats stats() const override;
+    void reset_peak() override;
+    void empty_cache() override {}
+    void synchronize() override {}
+    at::Tensor to_device(const at::Tensor& t) const override;
+    at::Tensor to_host(const at::Tensor& t) const override;
+
+  private:
+    SimAllocator& allocator_;
+};
+
+class CudaDevice final : public Device {
+  public:
+    CudaDevice(int index, std::optional<std::uint64_t> vram_limit);
+    std::string description() const override;
+    c10::Device torch_device() const override;
+    MemoryStats stats() const override;
+    void reset_peak() override;
+    void empty_cache() override;
+    void synchronize() override;
+    at::Tensor to_device(const at::Tensor& t) const override;
+    at::Tensor to_host(const at::Tensor& t) const override;
+
+  private:
+    std::string name_;
+    std::optional<std::uint64_t> limit_;
+};
+
+}  // namespace loom
