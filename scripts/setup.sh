@@ -10,7 +10,8 @@
 #   - Debian packages: compilers' build tools and the C++ libraries loom links (yaml-cpp, spdlog,
 #     fmt, cxxopts, nlohmann-json, GoogleTest, stb, SQLiteCpp, ccache, ninja, clang-format).
 #   - .venv/: a project-local Python virtual environment with PyPI's torch wheel, whose LibTorch
-#     (C++ headers, libraries, CMake config) loom builds against.
+#     (C++ headers, libraries, CMake config) loom builds against, and the Python reference
+#     packages (diffusers, transformers, peft, safetensors) the parity tests and benchmarks use.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +21,9 @@ TORCH_VERSION="2.15.0"  # the LibTorch loom is tested with (README "Requirements
 VENV="$ROOT/.venv"
 BUILD_DIR="${LOOM_BUILD_DIR:-build}"
 STAMP="$VENV/.loom-torch-$TORCH_VERSION"
+# Reference implementations for parity tests and benchmarks only; loom itself never imports them.
+PY_PACKAGES=(diffusers==0.42.1 transformers==5.23.0 peft==0.21.2 safetensors==0.8.0 numpy)
+PY_STAMP="$VENV/.loom-python-$(printf '%s ' "${PY_PACKAGES[@]}" | md5sum | cut -c1-12)"
 
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format python3-venv
@@ -82,6 +86,16 @@ install_torch() {
   touch "$STAMP"
 }
 
+install_python_references() {
+  if [ -f "$PY_STAMP" ]; then
+    log "Python reference packages: present in .venv"
+    return 0
+  fi
+  log "installing ${PY_PACKAGES[*]} into .venv"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+  touch "$PY_STAMP"
+}
+
 configure_and_build() {
   local torch_cmake
   torch_cmake="$(ls -d "$VENV"/lib/python3*/site-packages/torch/share/cmake 2>/dev/null | head -n1)"
@@ -101,5 +115,6 @@ configure_and_build() {
 
 install_debian_packages
 install_torch
+install_python_references
 configure_and_build
 log "done: $BUILD_DIR/src/cli/loom"

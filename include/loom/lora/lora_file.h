@@ -1,0 +1,40 @@
+#pragma once
+
+// LoRA files (formats.md §6): the kohya layout that ai-toolkit writes for SD 1.x / SDXL
+//   lora_unet_<module path with '_'>.lora_down.weight / .lora_up.weight / .alpha
+// and the PEFT layout diffusers writes
+//   unet.<module path>.lora_A.weight / .lora_B.weight
+// (alpha/rank folded into lora_B, so loaders that assume scale 1 — diffusers without adapter
+// metadata — apply the same change). Both load into ComfyUI and diffusers.
+
+#include <ATen/core/ScalarType.h>
+
+#include <filesystem>
+#include <string>
+
+#include "loom/io/safetensors.h"
+#include "loom/lora/lora_network.h"
+
+namespace loom {
+
+enum class LoRAFileLayout { kKohya, kPeft };
+
+// "kohya" / "peft" (the job's save.format).
+LoRAFileLayout parse_lora_layout(const std::string& text);
+
+// Writes the network's weights at `dtype` (the job's save.dtype) with `metadata` (ss_* keys,
+// training_info, the job's meta block), plus "format": "pt". Atomic.
+void save_lora(const LoRANetwork& network, const std::filesystem::path& path, LoRAFileLayout layout,
+               at::ScalarType dtype, SafetensorsMetadata metadata);
+
+struct LoRALoadReport {
+    LoRAFileLayout layout = LoRAFileLayout::kKohya;
+    std::size_t loaded = 0;  // modules whose weights were set
+};
+
+// Loads a LoRA file (either layout, detected from its keys) into `network`'s adapters. A module
+// of the file that the network has no LoRA for, a LoRA of the network missing from the file, or
+// a rank/shape mismatch is a FormatError naming the file and the first such modules.
+LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path);
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+#pragma once
+
+// Linear and Conv2d layers whose output an adapter (a LoRA, later issues) can add to, with the
+// same parameter names as torch.nn ("weight", "bias") so diffusers state dicts load unchanged.
+// The base weight is what the checkpoint holds; an attached adapter's delta is added to the
+// layer's output, never folded in unless merged explicitly.
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+
+namespace loom {
+
+// Something that adds to a layer's output: forward(input) returns the delta.
+class LayerAdapter {
+  public:
+    virtual ~LayerAdapter() = default;
+    virtual at::Tensor forward(const at::Tensor& input) = 0;
+};
+
+class LinearImpl : public torch::nn::Module {
+  public:
+    LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
+    at::Tensor forward(const at::Tensor& x);
+
+    void set_adapter(std::shared_ptr<LayerAdapter> adapter) { adapter_ = std::move(adapter); }
+    const std::shared_ptr<LayerAdapter>& adapter() const { return adapter_; }
+    int64_t in_features() const { return weight.size(1); }
+    int64_t out_features() const { return weight.size(0); }
+
+    at::Tensor weight;  // [out, in]
+    at::Tensor bias;    // [out] or undefined
+
+  private:
+    std::shared_ptr<LayerAdapter> adapter_;
+};
+TORCH_MODULE(Linear);
+
+class Conv2dImpl : public torch::nn::Module {
+  public:
+    Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1,
+               int64_t padding = 0, bool bias = true);
+    at::Tensor forward(const at::Tensor& x);
+
+    void set_adapter(std::shared_ptr<LayerAdapter> adapter) { adapter_ = std::move(adapter); }
+    const std::shared_ptr<LayerAdapter>& adapter() const { return adapter_; }
+    int64_t kernel_size() const { return weight.size(2); }
+    int64_t stride() const { return stride_; }
+    int64_t padding() const { return padding_; }
+
+    at::Tensor weight;  // [out, in, k, k]
+    at::Tensor bias;    // [out] or undefined
+
+  private:
+    int64_t stride_;
+    int64_t padding_;
+    std::shared_ptr<LayerAdapter> adapter_;
+};
+TORCH_MODULE(Conv2d);
+
+}  // namespace loom

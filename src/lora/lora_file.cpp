@@ -1,0 +1,167 @@
+#include "loom/lora/lora_file.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "loom/core/error.h"
+#include "loom/model/tensor_file.h"
+
+namespace loom {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) {
+    return s.rfind(p, 0) == 0;
+}
+
+bool ends_with(const std::string& s, const std::string& x) {
+    return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+std::string first_items(const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size() && i < 3; ++i) out += (i ? ", " : "") + items[i];
+    if (items.size() > 3) out += ", ...";
+    return out;
+}
+
+struct LoadedPair {
+    at::Tensor down;
+    at::Tensor up;
+    std::optional<double> alpha;
+};
+
+}  // namespace
+
+LoRAFileLayout parse_lora_layout(const std::string& text) {
+    if (text == "kohya") return LoRAFileLayout::kKohya;
+    if (text == "peft") return LoRAFileLayout::kPeft;
+    throw Error("unknown LoRA file layout '" + text + "' (kohya or peft)");
+}
+
+void save_lora(const LoRANetwork& network, const std::filesystem::path& path, LoRAFileLayout layout,
+               at::ScalarType dtype, SafetensorsMetadata metadata) {
+    NamedTensors tensors;
+    nlohmann::json targets = nlohmann::json::array();
+    int64_t rank = 0;
+    for (const LoRATarget& t : network.targets()) {
+        const LoRAAdapter& a = *t.adapter;
+        rank = a.rank();
+        if (layout == LoRAFileLayout::kKohya) {
+            const std::string stem = kohya_name(t.path);
+            tensors.emplace_back(stem + ".lora_down.weight", a.down.detach().to(dtype));
+            tensors.emplace_back(stem + ".lora_up.weight", a.up.detach().to(dtype));
+            tensors.emplace_back(stem + ".alpha",
+                                 at::scalar_tensor(a.alpha(), at::kFloat).to(dtype));
+        } else {
+            const std::string stem = "unet." + t.path;
+            tensors.emplace_back(stem + ".lora_A.weight", a.down.detach().to(dtype));
+            // diffusers applies lora_B @ lora_A with scale 1 when no alpha is given.
+            tensors.emplace_back(stem + ".lora_B.weight", (a.up.detach() * a.scale()).to(dtype));
+            targets.push_back(t.path);
+        }
+    }
+    metadata.emplace_back("format", "pt");
+    if (layout == LoRAFileLayout::kPeft) {
+        const nlohmann::json adapter = {{"unet.r", rank},
+                                        {"unet.lora_alpha", rank},  // alpha folded into lora_B
+                                        {"unet.target_modules", targets}};
+        metadata.emplace_back("lora_adapter_metadata", adapter.dump(2));
+    }
+    write_tensors(path, tensors, metadata);
+}
+
+LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path) {
+    const NamedTensors tensors = read_all_tensors(path);
+    LoRALoadReport report;
+    const bool kohya = std::any_of(tensors.begin(), tensors.end(), [](const auto& t) {
+        return starts_with(t.first, "lora_unet_");
+    });
+    report.layout = kohya ? LoRAFileLayout::kKohya : LoRAFileLayout::kPeft;
+
+    // Module path by the name the file uses for it. kohya names replace '.' with '_', so they are
+    // looked up in a table built from the network's own paths, never split on '_'.
+    std::map<std::string, const LoRATarget*> by_file_name;
+    for (const LoRATarget& t : network.targets()) {
+        by_file_name[kohya ? kohya_name(t.path) : "unet." + t.path] = &t;
+    }
+    std::map<std::string, LoadedPair> pairs;
+    std::vector<std::string> unknown;
+    for (const auto& [key, tensor] : tensors) {
+        std::string stem;
+        int part = -1;  // 0 down, 1 up, 2 alpha
+        for (const auto& [suffix, p] :
+             std::vector<std::pair<std::string, int>>{{".lora_down.weight", 0},
+                                                      {".lora_up.weight", 1},
+                                                      {".alpha", 2},
+                                                      {".lora_A.weight", 0},
+                                                      {".lora_B.weight", 1},
+                                                      {".lora.down.weight", 0},
+                                                      {".lora.up.weight", 1}}) {
+            if (ends_with(key, suffix)) {
+                stem = key.substr(0, key.size() - suffix.size());
+                part = p;
+                break;
+            }
+        }
+        if (part < 0 || !by_file_name.count(stem)) {
+            unknown.push_back(key);
+            continue;
+        }
+        LoadedPair& pair = pairs[stem];
+        if (part == 0) pair.down = tensor;
+        if (part == 1) pair.up = tensor;
+        if (part == 2) pair.alpha = tensor.item<double>();
+    }
+    std::vector<std::string> missing;
+    std::vector<std::string> mismatched;
+    for (const auto& [stem, target] : by_file_name) {
+        auto it = pairs.find(stem);
+        if (it == pairs.end() || !it->second.down.defined() || !it->second.up.defined()) {
+            missing.push_back(stem);
+            continue;
+        }
+        LoRAAdapter& a = *target->adapter;
+        if (it->second.down.sizes() != a.down.sizes() || it->second.up.sizes() != a.up.sizes()) {
+            std::ostringstream m;
+            m << stem << " (file rank " << it->second.down.size(0) << ", network rank " << a.rank()
+              << ")";
+            mismatched.push_back(m.str());
+        }
+    }
+    if (!unknown.empty() || !missing.empty() || !mismatched.empty()) {
+        std::ostringstream msg;
+        msg << "LoRA does not match the network:";
+        if (!unknown.empty()) {
+            msg << " " << unknown.size() << " unknown keys (" << first_items(unknown) << ");";
+        }
+        if (!missing.empty()) {
+            msg << " " << missing.size() << " modules missing (" << first_items(missing) << ");";
+        }
+        if (!mismatched.empty()) {
+            msg << " " << mismatched.size() << " with another rank (" << first_items(mismatched)
+                << ");";
+        }
+        msg << " was it trained for this model with the same network settings?";
+        throw FormatError(path.string(), msg.str());
+    }
+    torch::NoGradGuard no_grad;
+    for (const auto& [stem, target] : by_file_name) {
+        const LoadedPair& p = pairs[stem];
+        LoRAAdapter& a = *target->adapter;
+        a.down.copy_(p.down);
+        // The file's effective scale is alpha/rank (kohya) or 1 (PEFT, alpha folded): express it
+        // in this adapter's alpha.
+        const double file_scale =
+            kohya ? p.alpha.value_or(static_cast<double>(a.rank())) / a.rank() : 1.0;
+        a.up.copy_(p.up.to(at::kFloat) * (file_scale / a.scale()));
+        ++report.loaded;
+    }
+    return report;
+}
+
+}  // namespace loom

@@ -1,0 +1,52 @@
+#include "loom/model/adaptable_layers.h"
+
+#include <torch/nn/functional/conv.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace loom {
+
+namespace {
+
+// torch.nn's default initialisation (kaiming_uniform with a=sqrt(5), bias from fan_in); real
+// weights are loaded over it, but tiny random test models use it as is.
+void reset(at::Tensor& weight, at::Tensor& bias, int64_t fan_in) {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+    if (bias.defined()) {
+        const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+        bias.uniform_(-bound, bound);
+    }
+}
+
+}  // namespace
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias) {
+    weight = register_parameter("weight", torch::empty({out_features, in_features}));
+    if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
+    reset(weight, bias, in_features);
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+    at::Tensor y = at::linear(x, weight, bias);
+    if (adapter_) y = y + adapter_->forward(x);
+    return y;
+}
+
+Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
+                       int64_t padding, bool with_bias)
+    : stride_(stride), padding_(padding) {
+    weight =
+        register_parameter("weight", torch::empty({out_channels, in_channels, kernel, kernel}));
+    if (with_bias) bias = register_parameter("bias", torch::empty({out_channels}));
+    reset(weight, bias, in_channels * kernel * kernel);
+}
+
+at::Tensor Conv2dImpl::forward(const at::Tensor& x) {
+    at::Tensor y = at::conv2d(x, weight, bias, {stride_, stride_}, {padding_, padding_});
+    if (adapter_) y = y + adapter_->forward(x);
+    return y;
+}
+
+}  // namespace loom

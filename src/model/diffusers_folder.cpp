@@ -1,0 +1,393 @@
+#include "loom/model/diffusers_folder.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "loom/core/error.h"
+#include "loom/model/tensor_file.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_json(const fs::path& path) {
+    std::ifstream in(path);
+    if (!in) {
+        std::error_code ec;
+        throw IoError(path.string(),
+                      fs::exists(path, ec) ? "cannot be opened for reading" : "does not exist");
+    }
+    try {
+        json j = json::parse(in);
+        if (!j.is_object()) throw FormatError(path.string(), "the top level must be a JSON object");
+        return j;
+    } catch (const json::parse_error& e) {
+        throw FormatError(path.string(), std::string("is not valid JSON: ") + e.what());
+    }
+}
+
+// Reads config values with type checks that name the file and key.
+class ConfigReader {
+  public:
+    explicit ConfigReader(const fs::path& path) : path_(path), j_(read_json(path)) {}
+
+    const json& raw() const { return j_; }
+    bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+    int64_t integer(const char* key, int64_t fallback) const {
+        if (!has(key)) return fallback;
+        if (!j_[key].is_number_integer()) fail(key, "must be an integer");
+        return j_[key].get<int64_t>();
+    }
+    double number(const char* key, double fallback) const {
+        if (!has(key)) return fallback;
+        if (!j_[key].is_number()) fail(key, "must be a number");
+        return j_[key].get<double>();
+    }
+    bool boolean(const char* key, bool fallback) const {
+        if (!has(key)) return fallback;
+        if (!j_[key].is_boolean()) fail(key, "must be true or false");
+        return j_[key].get<bool>();
+    }
+    std::string text(const char* key, const std::string& fallback) const {
+        if (!has(key)) return fallback;
+        if (!j_[key].is_string()) fail(key, "must be a string");
+        return j_[key].get<std::string>();
+    }
+    std::vector<std::string> texts(const char* key, std::vector<std::string> fallback) const {
+        if (!has(key)) return fallback;
+        if (!j_[key].is_array()) fail(key, "must be a list of strings");
+        std::vector<std::string> out;
+        for (const json& v : j_[key]) {
+            if (!v.is_string()) fail(key, "must be a list of strings");
+            out.push_back(v.get<std::string>());
+        }
+        return out;
+    }
+    // An int (repeated `n` times) or a list of `n` ints.
+    std::vector<int64_t> per_block(const char* key, std::size_t n, int64_t fallback) const {
+        if (!has(key)) return std::vector<int64_t>(n, fallback);
+        const json& v = j_[key];
+        if (v.is_number_integer()) return std::vector<int64_t>(n, v.get<int64_t>());
+        if (!v.is_array() || v.size() != n) {
+            fail(key, "must be an integer or a list of " + std::to_string(n) + " integers");
+        }
+        std::vector<int64_t> out;
+        for (const json& e : v) {
+            if (!e.is_number_integer()) fail(key, "must be an integer or a list of integers");
+            out.push_back(e.get<int64_t>());
+        }
+        return out;
+    }
+    // A key loom does not implement: only its default value is accepted.
+    template <class T>
+    void require_default(const char* key, const T& expected) const {
+        if (!has(key)) return;
+        bool ok = false;
+        try {
+            ok = j_[key].get<T>() == expected;
+        } catch (const json::exception&) {
+            ok = false;
+        }
+        if (!ok) {
+            fail(key, "is " + j_[key].dump() + ", which loom does not support (only " +
+                          json(expected).dump() + ")");
+        }
+    }
+    void require_null(const char* key) const {
+        if (has(key))
+            fail(key, "is " + j_[key].dump() + ", which loom does not support (only null)");
+    }
+
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        throw FormatError(path_.string(), "'" + key + "' " + what);
+    }
+
+  private:
+    fs::path path_;
+    json j_;
+};
+
+std::string join_first(const std::vector<std::string>& items, std::size_t limit) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size() && i < limit; ++i) out += (i ? ", " : "") + items[i];
+    if (items.size() > limit) out += ", ...";
+    return out;
+}
+
+}  // namespace
+
+bool DiffusersFolder::has(const std::string& component) const {
+    return std::any_of(components.begin(), components.end(),
+                       [&](const DiffusersComponent& c) { return c.name == component; });
+}
+
+DiffusersFolder read_diffusers_folder(const fs::path& root) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) {
+        throw IoError(root.string(),
+                      "is not a folder; give a diffusers model folder (with "
+                      "model_index.json)");
+    }
+    const fs::path index = root / "model_index.json";
+    const json j = read_json(index);
+    DiffusersFolder folder;
+    folder.root = root;
+    if (!j.contains("_class_name") || !j["_class_name"].is_string()) {
+        throw FormatError(index.string(), "'_class_name' (the pipeline class) is missing");
+    }
+    folder.pipeline_class = j["_class_name"].get<std::string>();
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        if (it.key().empty() || it.key()[0] == '_') continue;
+        const json& v = it.value();
+        if (v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_string()) {
+            folder.components.push_back(
+                {it.key(), v[0].get<std::string>(), v[1].get<std::string>()});
+        }
+    }
+    return folder;
+}
+
+UNetConfig read_unet_config(const fs::path& path) {
+    const ConfigReader r(path);
+    UNetConfig c;
+    c.in_channels = r.integer("in_channels", 4);
+    c.out_channels = r.integer("out_channels", 4);
+    c.sample_size = r.integer("sample_size", 64);
+    c.down_block_types = r.texts("down_block_types", c.down_block_types);
+    c.up_block_types = r.texts("up_block_types", c.up_block_types);
+    if (r.has("block_out_channels")) {
+        c.block_out_channels = r.raw()["block_out_channels"].get<std::vector<int64_t>>();
+    }
+    const std::size_t n = c.block_out_channels.size();
+    if (c.down_block_types.size() != n || c.up_block_types.size() != n) {
+        r.fail("down_block_types", "and up_block_types must have one entry per block_out_channels");
+    }
+    c.layers_per_block = r.per_block("layers_per_block", n, 2);
+    // The diffusers trap: "attention_head_dim" is the number of heads unless
+    // num_attention_heads is given.
+    c.num_attention_heads = r.has("num_attention_heads") ? r.per_block("num_attention_heads", n, 8)
+                                                         : r.per_block("attention_head_dim", n, 8);
+    c.cross_attention_dim = r.per_block("cross_attention_dim", n, 1280);
+    c.transformer_layers_per_block = r.per_block("transformer_layers_per_block", n, 1);
+    if (r.has("reverse_transformer_layers_per_block")) {
+        r.fail("reverse_transformer_layers_per_block", "is not supported by loom");
+    }
+    c.downsample_padding = r.integer("downsample_padding", 1);
+    c.mid_block_scale_factor = r.number("mid_block_scale_factor", 1.0);
+    c.norm_num_groups = r.integer("norm_num_groups", 32);
+    c.norm_eps = r.number("norm_eps", 1e-5);
+    c.use_linear_projection = r.boolean("use_linear_projection", false);
+    c.flip_sin_to_cos = r.boolean("flip_sin_to_cos", true);
+    c.freq_shift = r.number("freq_shift", 0.0);
+    if (r.has("addition_embed_type")) c.addition_embed_type = r.text("addition_embed_type", "");
+    c.addition_time_embed_dim = r.integer("addition_time_embed_dim", 256);
+    c.projection_class_embeddings_input_dim =
+        r.integer("projection_class_embeddings_input_dim", 2816);
+    r.require_default<std::string>("mid_block_type", "UNetMidBlock2DCrossAttn");
+    r.require_default<std::string>("act_fn", "silu");
+    r.require_default<std::string>("time_embedding_type", "positional");
+    r.require_default<std::string>("resnet_time_scale_shift", "default");
+    r.require_default<std::string>("attention_type", "default");
+    r.require_default<bool>("center_input_sample", false);
+    r.require_default<bool>("dual_cross_attention", false);
+    r.require_default<bool>("only_cross_attention", false);
+    r.require_default<bool>("resnet_skip_time_act", false);
+    r.require_default<bool>("class_embeddings_concat", false);
+    r.require_default<int64_t>("conv_in_kernel", 3);
+    r.require_default<int64_t>("conv_out_kernel", 3);
+    r.require_default<double>("resnet_out_scale_factor", 1.0);
+    for (const char* key : {"class_embed_type", "encoder_hid_dim", "encoder_hid_dim_type",
+                            "num_class_embeds", "time_embedding_dim", "time_embedding_act_fn",
+                            "timestep_post_act", "time_cond_proj_dim", "cross_attention_norm"}) {
+        r.require_null(key);
+    }
+    return c;
+}
+
+VAEConfig read_vae_config(const fs::path& path) {
+    const ConfigReader r(path);
+    VAEConfig c;
+    c.in_channels = r.integer("in_channels", 3);
+    c.out_channels = r.integer("out_channels", 3);
+    if (r.has("block_out_channels")) {
+        c.block_out_channels = r.raw()["block_out_channels"].get<std::vector<int64_t>>();
+    }
+    const std::size_t n = c.block_out_channels.size();
+    for (const std::string& t :
+         r.texts("down_block_types", std::vector<std::string>(n, "DownEncoderBlock2D"))) {
+        if (t != "DownEncoderBlock2D")
+            r.fail("down_block_types", "entry '" + t + "' is not supported");
+    }
+    for (const std::string& t :
+         r.texts("up_block_types", std::vector<std::string>(n, "UpDecoderBlock2D"))) {
+        if (t != "UpDecoderBlock2D") r.fail("up_block_types", "entry '" + t + "' is not supported");
+    }
+    c.layers_per_block = r.integer("layers_per_block", 1);
+    c.latent_channels = r.integer("latent_channels", 4);
+    c.norm_num_groups = r.integer("norm_num_groups", 32);
+    c.sample_size = r.integer("sample_size", 32);
+    c.scaling_factor = r.number("scaling_factor", 0.18215);
+    if (r.has("shift_factor")) c.shift_factor = r.number("shift_factor", 0.0);
+    c.use_quant_conv = r.boolean("use_quant_conv", true);
+    c.use_post_quant_conv = r.boolean("use_post_quant_conv", true);
+    c.mid_block_add_attention = r.boolean("mid_block_add_attention", true);
+    r.require_default<std::string>("act_fn", "silu");
+    r.require_null("latents_mean");
+    r.require_null("latents_std");
+    return c;
+}
+
+CLIPTextConfig read_clip_text_config(const fs::path& path, bool with_projection) {
+    const ConfigReader r(path);
+    CLIPTextConfig c;
+    c.vocab_size = r.integer("vocab_size", 49408);
+    c.hidden_size = r.integer("hidden_size", 512);
+    c.intermediate_size = r.integer("intermediate_size", 2048);
+    c.num_hidden_layers = r.integer("num_hidden_layers", 12);
+    c.num_attention_heads = r.integer("num_attention_heads", 8);
+    c.max_position_embeddings = r.integer("max_position_embeddings", 77);
+    c.hidden_act = r.text("hidden_act", "quick_gelu");
+    c.layer_norm_eps = r.number("layer_norm_eps", 1e-5);
+    c.eos_token_id = r.integer("eos_token_id", 2);
+    if (with_projection) c.projection_dim = r.integer("projection_dim", 512);
+    return c;
+}
+
+NoiseScheduleConfig read_scheduler_config(const fs::path& path) {
+    const ConfigReader r(path);
+    NoiseScheduleConfig c;
+    c.num_train_timesteps = r.integer("num_train_timesteps", 1000);
+    c.beta_start = r.number("beta_start", 0.0001);
+    c.beta_end = r.number("beta_end", 0.02);
+    c.beta_schedule = r.text("beta_schedule", "linear");
+    c.prediction_type = r.text("prediction_type", "epsilon");
+    c.steps_offset = r.integer("steps_offset", 0);
+    c.set_alpha_to_one = r.boolean("set_alpha_to_one", true);
+    c.timestep_spacing = r.text("timestep_spacing", "leading");
+    r.require_default<bool>("rescale_betas_zero_snr", false);
+    if (r.has("trained_betas")) r.fail("trained_betas", "is not supported by loom");
+    return c;
+}
+
+std::vector<fs::path> find_weight_files(const fs::path& dir) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) throw IoError(dir.string(), "component folder does not exist");
+    for (const char* index_name :
+         {"diffusion_pytorch_model.safetensors.index.json", "model.safetensors.index.json"}) {
+        const fs::path index = dir / index_name;
+        if (!fs::exists(index, ec)) continue;
+        const json j = read_json(index);
+        if (!j.contains("weight_map") || !j["weight_map"].is_object()) {
+            throw FormatError(index.string(), "'weight_map' is missing");
+        }
+        std::set<std::string> shards;
+        for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+            if (!it.value().is_string()) {
+                throw FormatError(index.string(),
+                                  "weight_map['" + it.key() + "'] must be a file name");
+            }
+            shards.insert(it.value().get<std::string>());
+        }
+        std::vector<fs::path> files;
+        for (const std::string& s : shards) {
+            if (s.find('/') != std::string::npos || s.find("..") != std::string::npos) {
+                throw FormatError(index.string(),
+                                  "shard name '" + s + "' must be a plain file name");
+            }
+            if (!fs::exists(dir / s, ec)) {
+                throw IoError((dir / s).string(),
+                              "shard listed in " + index.filename().string() + " does not exist");
+            }
+            files.push_back(dir / s);
+        }
+        return files;
+    }
+    for (const char* name :
+         {"diffusion_pytorch_model.safetensors", "model.safetensors",
+          "diffusion_pytorch_model.fp16.safetensors", "model.fp16.safetensors",
+          "diffusion_pytorch_model.bf16.safetensors", "model.bf16.safetensors"}) {
+        if (fs::exists(dir / name, ec)) return {dir / name};
+    }
+    throw IoError(dir.string(),
+                  "has no *.safetensors weights (loom reads safetensors only; convert "
+                  ".bin/.ckpt weights with diffusers first)");
+}
+
+std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>& files,
+                         const std::string& what, const std::string& base_prefix) {
+    std::map<std::string, at::Tensor> targets;
+    for (const auto& item : module.named_parameters(true)) targets[item.key()] = item.value();
+    for (const auto& item : module.named_buffers(true)) targets[item.key()] = item.value();
+    // transformers stores this non-persistent buffer in older checkpoints; loom computes it.
+    static const std::set<std::string> kIgnored = {"text_model.embeddings.position_ids"};
+
+    std::set<std::string> loaded;
+    std::vector<std::string> unexpected;
+    std::vector<std::string> mismatched;
+    torch::NoGradGuard no_grad;
+    for (const fs::path& path : files) {
+        const SafetensorsFile file = SafetensorsFile::open(path);
+        for (const TensorInfo& info : file.tensors()) {
+            auto it = targets.find(info.name);
+            if (it == targets.end() && !base_prefix.empty())
+                it = targets.find(base_prefix + info.name);
+            if (it == targets.end()) {
+                if (!kIgnored.count(info.name)) unexpected.push_back(info.name);
+                continue;
+            }
+            at::Tensor& target = it->second;
+            if (target.sizes().vec() != info.shape) {
+                std::ostringstream m;
+                m << info.name << " (file " << c10::IntArrayRef(info.shape) << ", model "
+                  << target.sizes() << ")";
+                mismatched.push_back(m.str());
+                continue;
+            }
+            target.copy_(read_tensor(file, info));  // casts fp16/bf16 to the module's dtype
+            loaded.insert(it->first);
+        }
+    }
+    std::vector<std::string> missing;
+    for (const auto& [name, _] : targets) {
+        if (!loaded.count(name)) missing.push_back(name);
+    }
+    if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+        std::string msg = what + " weights do not match the model its config.json describes:";
+        if (!missing.empty()) {
+            msg +=
+                " " + std::to_string(missing.size()) + " missing (" + join_first(missing, 3) + ");";
+        }
+        if (!unexpected.empty()) {
+            msg += " " + std::to_string(unexpected.size()) + " unexpected (" +
+                   join_first(unexpected, 3) + ");";
+        }
+        if (!mismatched.empty()) {
+            msg += " " + std::to_string(mismatched.size()) + " with other shapes (" +
+                   join_first(mismatched, 3) + ");";
+        }
+        msg += " check that config.json and the weights come from the same model";
+        throw FormatError(files.empty() ? what : files.front().parent_path().string(), msg);
+    }
+    return loaded.size();
+}
+
+void save_weights(const torch::nn::Module& module, const fs::path& file) {
+    NamedTensors tensors;
+    for (const auto& item : module.named_parameters(true))
+        tensors.emplace_back(item.key(), item.value());
+    for (const auto& item : module.named_buffers(true))
+        tensors.emplace_back(item.key(), item.value());
+    write_tensors(file, tensors);
+}
+
+}  // namespace loom

@@ -1,0 +1,206 @@
+// LoRA layers: target rules, injection into a UNet, merge/unmerge, and saving/loading both file
+// layouts.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "loom/core/error.h"
+#include "loom/io/safetensors.h"
+#include "loom/lora/lora_file.h"
+#include "loom/lora/lora_network.h"
+#include "loom/model/unet_2d_condition.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+UNetConfig tiny_unet() {
+    UNetConfig c;
+    c.block_out_channels = {32, 64};
+    c.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D"};
+    c.up_block_types = {"CrossAttnUpBlock2D", "UpBlock2D"};
+    c.layers_per_block = {1, 1};
+    c.num_attention_heads = {4, 4};
+    c.cross_attention_dim = {32, 32};
+    c.transformer_layers_per_block = {1, 1};
+    return c;
+}
+
+TEST(TargetRules, DefaultsAreTheTransformerProjections) {
+    const TargetRules rules;
+    for (const char* yes :
+         {"down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q",
+          "mid_block.attentions.0.transformer_blocks.0.attn2.to_out.0",
+          "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.0.proj",
+          "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.2",
+          "down_blocks.1.attentions.0.proj_in", "mid_block.attentions.0.proj_out"}) {
+        EXPECT_TRUE(is_lora_target(yes, LayerKind::kLinear, rules)) << yes;
+    }
+    for (const char* no : {"time_embedding.linear_1", "down_blocks.0.resnets.0.time_emb_proj",
+                           "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_out",
+                           "add_embedding.linear_2"}) {
+        EXPECT_FALSE(is_lora_target(no, LayerKind::kLinear, rules)) << no;
+    }
+    EXPECT_FALSE(is_lora_target("down_blocks.0.resnets.0.conv1", LayerKind::kConv3x3, rules));
+}
+
+TEST(TargetRules, ConvOnlyWhenSetAndFiltersWithIgnoreWinning) {
+    TargetRules rules;
+    rules.conv = true;
+    EXPECT_TRUE(is_lora_target("down_blocks.0.resnets.0.conv1", LayerKind::kConv3x3, rules));
+    EXPECT_TRUE(is_lora_target("down_blocks.0.downsamplers.0.conv", LayerKind::kConv3x3, rules));
+    EXPECT_FALSE(is_lora_target("conv_in", LayerKind::kConv3x3, rules));
+    rules.only_if_contains = {"attn2"};
+    rules.ignore_if_contains = {"to_v", "attn2.to_k"};
+    const std::string base = "mid_block.attentions.0.transformer_blocks.0.";
+    EXPECT_TRUE(is_lora_target(base + "attn2.to_q", LayerKind::kLinear, rules));
+    EXPECT_FALSE(is_lora_target(base + "attn1.to_q", LayerKind::kLinear, rules));
+    EXPECT_FALSE(is_lora_target(base + "attn2.to_v", LayerKind::kLinear, rules));
+    EXPECT_FALSE(is_lora_target(base + "attn2.to_k", LayerKind::kLinear, rules));
+}
+
+TEST(TargetRules, KohyaNames) {
+    EXPECT_EQ(kohya_name("down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0"),
+              "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_out_0");
+}
+
+class LoRANetworkTest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        torch::manual_seed(0);
+        unet = UNet2DConditionModel(tiny_unet());
+        unet->eval();
+        sample = torch::randn({1, 4, 16, 16});
+        context = torch::randn({1, 5, 32});
+        file = fs::temp_directory_path() /
+               ("loom_lora_" + std::to_string(::getpid()) + ".safetensors");
+    }
+    void TearDown() override { fs::remove(file); }
+    at::Tensor run() {
+        torch::NoGradGuard no_grad;
+        return unet->forward(sample, torch::tensor({300}), context);
+    }
+    static void randomize(LoRANetwork& net) {
+        torch::NoGradGuard no_grad;
+        for (auto& t : net.targets()) t.adapter->up.normal_(0, 0.05);
+    }
+    LoRANetworkOptions options(int64_t rank, double alpha) {
+        LoRANetworkOptions o;
+        o.linear.rank = rank;
+        o.linear.alpha = alpha;
+        return o;
+    }
+
+    UNet2DConditionModel unet{nullptr};
+    at::Tensor sample;
+    at::Tensor context;
+    fs::path file;
+};
+
+TEST_F(LoRANetworkTest, InjectsTwelvePerTransformerAndStartsAsIdentity) {
+    const at::Tensor before = run();
+    LoRANetwork net = LoRANetwork::inject(*unet, options(4, 1.0));
+    EXPECT_EQ(net.targets().size(), 4u * 12u);  // transformers: down 1, mid 1, up 2
+    EXPECT_EQ(net.parameters().size(), 2u * net.targets().size());
+    EXPECT_TRUE(torch::equal(run(), before));  // lora_up starts at zero
+    randomize(net);
+    EXPECT_GT((run() - before).abs().max().item<double>(), 1e-4);
+}
+
+TEST_F(LoRANetworkTest, MergeMatchesTheAdapterPathAndUnmergeRestores) {
+    const at::Tensor base_out = run();
+    LoRANetwork net = LoRANetwork::inject(*unet, options(4, 2.0));
+    randomize(net);
+    net.set_multiplier(0.7);
+    const at::Tensor adapted = run();
+    net.merge();
+    EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-5);
+    net.unmerge();
+    EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-5);
+    net.detach();
+    EXPECT_LE((run() - base_out).abs().max().item<double>(), 1e-5);
+}
+
+TEST_F(LoRANetworkTest, ConvTargetsWhenSet) {
+    LoRANetworkOptions o = options(4, 4.0);
+    o.conv = LoRAOptions{2, 1.0};
+    LoRANetwork net = LoRANetwork::inject(*unet, o);
+    const LoRATarget* conv = net.find("down_blocks.0.resnets.0.conv1");
+    ASSERT_NE(conv, nullptr);
+    EXPECT_EQ(conv->adapter->down.sizes(), (std::vector<int64_t>{2, 32, 3, 3}));
+    EXPECT_EQ(conv->adapter->up.sizes(), (std::vector<int64_t>{32, 2, 1, 1}));
+    const LoRATarget* proj = net.find("mid_block.attentions.0.proj_in");  // a 1x1 conv
+    ASSERT_NE(proj, nullptr);
+    EXPECT_EQ(proj->adapter->rank(), 4);
+    randomize(net);
+    const at::Tensor adapted = run();
+    net.merge();
+    EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-5);
+}
+
+TEST_F(LoRANetworkTest, NothingMatchingIsAnError) {
+    LoRANetworkOptions o = options(4, 1.0);
+    o.rules.only_if_contains = {"no_such_module"};
+    EXPECT_THROW(LoRANetwork::inject(*unet, o), Error);
+}
+
+TEST_F(LoRANetworkTest, BothLayoutsRoundTrip) {
+    for (LoRAFileLayout layout : {LoRAFileLayout::kKohya, LoRAFileLayout::kPeft}) {
+        LoRANetwork net = LoRANetwork::inject(*unet, options(4, 1.0));
+        randomize(net);
+        const at::Tensor adapted = run();
+        save_lora(net, file, layout, at::kFloat, {{"ss_network_dim", "4"}});
+        net.detach();
+
+        LoRANetwork fresh = LoRANetwork::inject(*unet, options(4, 1.0));
+        const LoRALoadReport report = load_lora(fresh, file);
+        EXPECT_EQ(report.layout, layout);
+        EXPECT_EQ(report.loaded, fresh.targets().size());
+        EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-6);
+        fresh.detach();
+    }
+}
+
+TEST_F(LoRANetworkTest, KohyaFileHasAlphaAndMetadata) {
+    LoRANetwork net = LoRANetwork::inject(*unet, options(4, 2.0));
+    save_lora(net, file, LoRAFileLayout::kKohya, at::kHalf, {{"ss_network_alpha", "2.0"}});
+    const SafetensorsFile f = SafetensorsFile::open(file);
+    const TensorInfo* alpha =
+        f.find("lora_unet_mid_block_attentions_0_transformer_blocks_0_attn1_to_q.alpha");
+    ASSERT_NE(alpha, nullptr);
+    EXPECT_TRUE(alpha->shape.empty());
+    EXPECT_EQ(alpha->dtype, DType::kF16);
+    EXPECT_NE(
+        f.find("lora_unet_mid_block_attentions_0_transformer_blocks_0_attn1_to_q.lora_down.weight"),
+        nullptr);
+    ASSERT_NE(f.metadata_value("format"), nullptr);
+    EXPECT_EQ(*f.metadata_value("format"), "pt");
+    EXPECT_EQ(*f.metadata_value("ss_network_alpha"), "2.0");
+    net.detach();
+}
+
+TEST_F(LoRANetworkTest, RankMismatchIsAClearError) {
+    LoRANetwork net = LoRANetwork::inject(*unet, options(8, 8.0));
+    save_lora(net, file, LoRAFileLayout::kKohya, at::kFloat, {});
+    net.detach();
+    LoRANetwork other = LoRANetwork::inject(*unet, options(4, 4.0));
+    try {
+        load_lora(other, file);
+        FAIL();
+    } catch (const FormatError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("48 with another rank (lora_unet_down_blocks_1_attentions_0_proj_in "
+                           "(file rank 8, network rank 4)"),
+                  std::string::npos)
+            << msg;
+        EXPECT_NE(msg.find("was it trained for this model with the same network settings?"),
+                  std::string::npos);
+    }
+    other.detach();
+}
+
+}  // namespace
+}  // namespace loom
