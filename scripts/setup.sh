@@ -28,7 +28,7 @@ PY_STAMP="$VENV/.loom-python-$(printf '%s ' "${PY_PACKAGES[@]}" | md5sum | cut -
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format python3-venv
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcxxopts-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libstb-dev libsqlitecpp-dev libsqlite3-dev
+  libgtest-dev libgmock-dev libstb-dev libwebp-dev libsqlitecpp-dev libsqlite3-dev
 )
 
 log() { printf '[setup] %s\n' "$*"; }

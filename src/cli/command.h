@@ -29,6 +29,8 @@ Command make_config_check_command();
 Command make_devices_command();
 Command make_eval_command();
 Command make_inspect_command();
+Command make_train_command();
+Command make_sample_command();
 Command make_help_command();
 
 // argv-style vector for cxxopts, which parses (argc, argv).

@@ -3,9 +3,11 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "loom/core/error.h"
 #include "loom/model/tensor_file.h"
@@ -47,10 +49,10 @@ void save_lora(const LoRANetwork& network, const std::filesystem::path& path, Lo
                at::ScalarType dtype, SafetensorsMetadata metadata) {
     NamedTensors tensors;
     nlohmann::json targets = nlohmann::json::array();
-    int64_t rank = 0;
+    std::map<int64_t, std::size_t> rank_counts;
     for (const LoRATarget& t : network.targets()) {
         const LoRAAdapter& a = *t.adapter;
-        rank = a.rank();
+        ++rank_counts[a.rank()];
         if (layout == LoRAFileLayout::kKohya) {
             const std::string stem = kohya_name(t.path);
             tensors.emplace_back(stem + ".lora_down.weight", a.down.detach().to(dtype));
@@ -67,12 +69,70 @@ void save_lora(const LoRANetwork& network, const std::filesystem::path& path, Lo
     }
     metadata.emplace_back("format", "pt");
     if (layout == LoRAFileLayout::kPeft) {
+        // diffusers builds LoraConfig(**metadata) as is: r is the most common rank, and modules
+        // of another rank (3x3 convs with network.conv) need rank_pattern, plus alpha_pattern
+        // to keep their scale at 1 (alpha folded into lora_B). "^" anchors the module path.
+        int64_t rank = 0;
+        std::size_t most = 0;
+        for (const auto& [r, n] : rank_counts) {
+            if (n > most) std::tie(rank, most) = std::tie(r, n);
+        }
+        nlohmann::json rank_pattern = nlohmann::json::object();
+        for (const LoRATarget& t : network.targets()) {
+            if (t.adapter->rank() != rank) rank_pattern["^" + t.path] = t.adapter->rank();
+        }
         const nlohmann::json adapter = {{"unet.r", rank},
                                         {"unet.lora_alpha", rank},  // alpha folded into lora_B
+                                        {"unet.rank_pattern", rank_pattern},
+                                        {"unet.alpha_pattern", rank_pattern},
                                         {"unet.target_modules", targets}};
         metadata.emplace_back("lora_adapter_metadata", adapter.dump(2));
     }
     write_tensors(path, tensors, metadata);
+}
+
+LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path) {
+    const NamedTensors tensors = read_all_tensors(path);
+    std::map<std::string, std::string> by_kohya;  // kohya stem -> module path
+    for (const auto& item : model.named_modules("", false))
+        by_kohya[kohya_name(item.key())] = item.key();
+    std::map<std::string, LoRAOptions> per_module;
+    std::map<std::string, double> alphas;
+    for (const auto& [key, tensor] : tensors) {
+        for (const char* suffix : {".lora_down.weight", ".lora_A.weight", ".lora.down.weight"}) {
+            if (!ends_with(key, suffix)) continue;
+            const std::string stem = key.substr(0, key.size() - std::strlen(suffix));
+            std::string module_path;
+            if (starts_with(stem, "lora_unet_")) {
+                auto it = by_kohya.find(stem);
+                if (it == by_kohya.end()) {
+                    throw FormatError(path.string(), "'" + key + "' names no module of this model");
+                }
+                module_path = it->second;
+            } else if (starts_with(stem, "unet.")) {
+                module_path = stem.substr(5);
+            } else {
+                throw FormatError(path.string(), "'" + key +
+                                                     "' is neither a kohya (lora_unet_...) "
+                                                     "nor a PEFT (unet....) UNet LoRA key");
+            }
+            LoRAOptions o;
+            o.rank = tensor.size(0);
+            o.alpha = static_cast<double>(o.rank);
+            per_module[module_path] = o;
+        }
+    }
+    for (const auto& [key, tensor] : tensors) {
+        if (!ends_with(key, ".alpha")) continue;
+        auto it = by_kohya.find(key.substr(0, key.size() - 6));
+        if (it != by_kohya.end() && per_module.count(it->second)) {
+            per_module[it->second].alpha = tensor.item<double>();
+        }
+    }
+    if (per_module.empty()) throw FormatError(path.string(), "holds no UNet LoRA weights");
+    LoRANetwork network = LoRANetwork::attach_at(model, per_module);
+    load_lora(network, path);
+    return network;
 }
 
 LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path) {

@@ -55,6 +55,29 @@ LoRANetwork LoRANetwork::inject(torch::nn::Module& model, const LoRANetworkOptio
     return net;
 }
 
+LoRANetwork LoRANetwork::attach_at(torch::nn::Module& model,
+                                   const std::map<std::string, LoRAOptions>& per_module) {
+    LoRANetwork net;
+    std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
+    for (const auto& item : model.named_modules("", false)) modules[item.key()] = item.value();
+    for (const auto& [path, options] : per_module) {
+        auto it = modules.find(path);
+        std::shared_ptr<LoRAAdapter> adapter;
+        if (it != modules.end()) {
+            if (auto linear = std::dynamic_pointer_cast<LinearImpl>(it->second)) {
+                adapter = LoRAAdapter::for_linear(*linear, options);
+            } else if (auto conv = std::dynamic_pointer_cast<Conv2dImpl>(it->second)) {
+                adapter = LoRAAdapter::for_conv(*conv, options);
+            }
+        }
+        if (!adapter) throw Error("the model has no Linear or Conv2d named '" + path + "'");
+        LoRATarget target{path, it->second, adapter};
+        attach(target, adapter);
+        net.targets_.push_back(std::move(target));
+    }
+    return net;
+}
+
 LoRANetwork::~LoRANetwork() {
     if (!targets_.empty() && attached_ && !merged_) detach();
 }

@@ -37,4 +37,8 @@ struct LoRALoadReport {
 // a rank/shape mismatch is a FormatError naming the file and the first such modules.
 LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path);
 
+// Builds a network shaped like the file (its modules, ranks and alphas) on `model` and loads it:
+// what `loom sample --lora` does with any kohya or PEFT LoRA for this model.
+LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path);
+
 }  // namespace loom

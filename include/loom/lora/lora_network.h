@@ -34,6 +34,11 @@ class LoRANetwork {
     // Attaches a LoRA to every target module of `model`. Throws loom::Error when no module
     // matches (e.g. a too narrow only_if_contains).
     static LoRANetwork inject(torch::nn::Module& model, const LoRANetworkOptions& options);
+    // Attaches a LoRA with the given options to each named module (a file's own layout, see
+    // lora_file.h load_lora_network). Throws loom::Error naming a path that is not a Linear or
+    // Conv2d of `model`.
+    static LoRANetwork attach_at(torch::nn::Module& model,
+                                 const std::map<std::string, LoRAOptions>& per_module);
     ~LoRANetwork();
     LoRANetwork(LoRANetwork&&) noexcept = default;
     LoRANetwork& operator=(LoRANetwork&&) noexcept = default;

@@ -1,0 +1,87 @@
+#pragma once
+
+// Finding the training images of a dataset folder and their captions (ai-toolkit.md §1.5).
+//
+// scan_dataset walks `folder_path` recursively, as ai-toolkit's os.walk does, in sorted (byte)
+// order of the relative paths, skipping hidden files and folders (names starting with '.') and
+// `_controls` folders; symlinked folders are not followed (no cycles), symlinked files are.
+// Images are the files ending in .jpg, .jpeg, .png or .webp (any case). Each one is read and
+// fully decoded once, so that bad files are found before training starts, and hashed (SHA-256
+// of the bytes, the cache key's content part).
+//
+// Captions: the sidecar `<stem><caption_ext>` next to the image; when it is missing or blank,
+// `default_caption`, else "". A leading UTF-8 byte-order mark is dropped.
+//
+// Every file that cannot be used is skipped with exactly one warning naming it (logger "data",
+// and ScanOptions::on_warning): an empty file, an unreadable one, a truncated or corrupt image,
+// an image in a format loom does not read (.gif, .bmp, .tif, .tiff, .heic, .heif, .avif, .jxl
+// files, or a PNG/JPEG/WebP name on other content), a caption file that cannot be read or is not
+// valid UTF-8. A missing folder, a folder without images, or one where no image could be used
+// throws DatasetError before anything else happens.
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.h"
+#include "loom/data/image.h"
+
+namespace loom::config {
+struct DatasetConfig;
+}
+
+namespace loom::data {
+
+// A dataset that cannot be trained on (missing folder, no usable images). folder() is the
+// configured folder_path.
+class DatasetError : public Error {
+  public:
+    DatasetError(std::string folder, const std::string& message);
+    const std::string& folder() const { return folder_; }
+
+  private:
+    std::string folder_;
+};
+
+// One usable image.
+struct ImageRecord {
+    std::filesystem::path path;
+    std::optional<std::filesystem::path> caption_path;  // the sidecar, when it exists
+    std::string caption;                                // raw: sidecar, default_caption or ""
+    int width = 0;                                      // after EXIF orientation
+    int height = 0;
+    ImageFormat format = ImageFormat::kUnknown;
+    std::string content_hash;  // SHA-256 of the file's bytes, 64 lowercase hex digits
+};
+
+// A skipped file: `message` is the whole warning line, "skipping <path>: <why>; <what to do>".
+struct ScanWarning {
+    std::filesystem::path path;
+    std::string message;
+};
+
+struct ScanOptions {
+    // Called once per skipped file, in scan order, besides the log line. Optional.
+    std::function<void(const ScanWarning&)> on_warning;
+};
+
+struct ScannedDataset {
+    std::filesystem::path folder;
+    std::vector<ImageRecord> images;  // sorted by path
+    std::size_t skipped = 0;
+
+    std::vector<ImageSize> sizes() const;
+};
+
+// See the top of this file. Throws DatasetError (missing folder, not a folder, no images, no
+// usable image); everything else about single files is a warning.
+ScannedDataset scan_dataset(const config::DatasetConfig& dataset, const ScanOptions& options = {});
+
+// The extensions scan_dataset reads, and the ones it recognises as images it cannot read.
+bool is_supported_image_name(const std::filesystem::path& path);
+bool is_unsupported_image_name(const std::filesystem::path& path);
+
+}  // namespace loom::data

@@ -1,0 +1,32 @@
+#pragma once
+
+// A training checkpoint in the run folder's state/<9-digit step>/: the LoRA weights (float32),
+// the optimizer state, the EMA averages, the torch CPU RNG state and the data cursor. Each file
+// is written atomically and a COMPLETE marker is written last, so a crash during a save leaves
+// the previous checkpoint as the resume point.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct CheckpointState {
+    std::int64_t step = 0;             // steps completed
+    std::int64_t optimizer_steps = 0;  // AdamW's bias-correction counter
+    std::vector<at::Tensor> lora;      // network parameters, in LoRANetwork::parameters() order
+    std::vector<at::Tensor> exp_avg;
+    std::vector<at::Tensor> exp_avg_sq;
+    std::vector<at::Tensor> ema;  // empty without EMA
+    at::Tensor rng_cpu;           // torch's default CPU generator state
+    std::string data_cursor;      // data::cursor_to_json
+};
+
+void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& state);
+// Throws FormatError naming the file when something is missing or malformed.
+CheckpointState load_checkpoint(const std::filesystem::path& dir);
+
+}  // namespace loom

@@ -1,0 +1,41 @@
+#pragma once
+
+// Preview sampling (the job's `sample:` block): text-to-image with the model being trained,
+// classifier-free guidance, DDIM or Euler steps, decoded by the VAE. The memory knobs the OOM
+// ladder turns for sampling are options here: prompts one at a time or together, guidance passes
+// batched or sequential, and the image size.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/model/stable_diffusion.h"
+
+namespace loom {
+
+struct PreviewRequest {
+    std::string prompt;
+    std::string negative;
+    int64_t seed = 0;
+    int64_t width = 512;
+    int64_t height = 512;
+    int64_t steps = 20;
+    double guidance_scale = 7.0;
+};
+
+struct PreviewOptions {
+    std::string sampler = "ddim";  // ddim | euler | ddpm (ddpm runs as ddim)
+    bool batch_prompts = true;     // all prompts in one batch (else one at a time)
+    bool batch_guidance = true;    // cond and uncond in one pass (else two passes)
+};
+
+// Images as uint8 [H, W, 3] CPU tensors, one per request, in request order. The same request
+// and seed give the same image whatever the batching options (each image's noise comes from its
+// own seeded generator).
+std::vector<at::Tensor> generate_previews(StableDiffusion& model,
+                                          const std::vector<PreviewRequest>& requests,
+                                          const PreviewOptions& options, const at::Device& device);
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+#pragma once
+
+// The training loop for one `config.process[]` entry: load the model, scan and bucket the data,
+// attach the LoRA, then step, save, sample and checkpoint into the run folder. A run folder that
+// already holds a complete checkpoint is resumed from its newest one (unless `fresh`).
+//
+// Determinism: every random draw of a step is a function of (training_seed, step, slot) — the
+// noise, the timestep, caption dropout/shuffling, the VAE's latent sample — and the data order
+// is a function of (seed, epoch), so a resumed run continues exactly where the checkpoint was.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/config/job.h"
+
+namespace loom {
+
+struct TrainOverrides {
+    std::optional<std::string> device;  // --device, over process.device
+    std::optional<std::uint64_t> vram;  // --vram, over oom.vram_limit
+    bool fresh = false;                 // ignore an existing run folder's checkpoints
+    // Stop (as if killed, without a final save) once this many steps ran in this invocation;
+    // tests use it to interrupt a run at a known step.
+    std::optional<std::int64_t> stop_after_steps;
+    bool progress_line = true;  // one updating line on a terminal
+};
+
+struct TrainSummary {
+    std::filesystem::path run_folder;
+    std::filesystem::path final_lora;  // empty when stopped early
+    std::int64_t start_step = 0;       // the step this invocation started from
+    std::int64_t end_step = 0;
+    bool resumed = false;
+    std::vector<double> losses;  // per step of this invocation
+};
+
+TrainSummary train_process(const config::Job& job, std::size_t process_index,
+                           const TrainOverrides& overrides = {});
+
+}  // namespace loom

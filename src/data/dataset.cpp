@@ -1,0 +1,251 @@
+#include "loom/data/dataset.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "loom/config/job.h"
+#include "loom/core/logging.h"
+#include "loom/core/utf8.h"
+#include "loom/data/sha256.h"
+
+namespace loom::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kImageKinds = ".jpg, .jpeg, .png or .webp";
+
+std::string lower(std::string s) {
+    for (char& c : s)
+        if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+    return s;
+}
+
+bool hidden(const fs::path& p) {
+    const std::string name = p.filename().string();
+    return !name.empty() && name[0] == '.';
+}
+
+// Reads a whole file; on failure returns false and the OS error text.
+bool read_bytes(const fs::path& path, std::string& out, std::string& error) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+        error = std::strerror(errno);
+        return false;
+    }
+    out.clear();
+    char buffer[1 << 16];
+    std::size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) out.append(buffer, n);
+    const bool failed = std::ferror(f) != 0;
+    const int err = errno;
+    std::fclose(f);
+    if (failed) {
+        error = std::strerror(err);
+        return false;
+    }
+    return true;
+}
+
+std::string_view trim(std::string_view s) {
+    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+    while (!s.empty() && space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+// One candidate file's outcome: a record, or the warning that skips it.
+struct Outcome {
+    std::optional<ImageRecord> record;
+    std::string warning;
+};
+
+Outcome examine(const fs::path& path, const config::DatasetConfig& cfg) {
+    Outcome out;
+    auto skip = [&](const std::string& why) {
+        out.warning = "skipping " + path.string() + ": " + why;
+        return out;
+    };
+    if (is_unsupported_image_name(path)) {
+        return skip(lower(path.extension().string()) +
+                    " images are not supported; convert it to PNG, JPEG or WebP");
+    }
+    std::string bytes, error;
+    if (!read_bytes(path, bytes, error))
+        return skip("cannot read the file (" + error + "); check that it exists and is readable");
+    if (bytes.empty())
+        return skip(
+            "the file is empty (0 bytes); re-export the image or remove it from the dataset");
+
+    Image image;
+    try {
+        image = decode_image(bytes, path.string());
+    } catch (const FormatError& e) {
+        std::string why = e.what();
+        const std::string prefix = path.string() + ": ";
+        if (why.compare(0, prefix.size(), prefix) == 0) why = why.substr(prefix.size());
+        return skip(why);
+    }
+
+    ImageRecord record;
+    record.path = path;
+    record.width = image.width;
+    record.height = image.height;
+    record.format = sniff_image_format(bytes);
+    record.content_hash = sha256_hex(bytes);
+
+    std::string ext = cfg.caption_ext.empty() ? ".txt" : cfg.caption_ext;
+    if (ext[0] != '.') ext = "." + ext;
+    fs::path caption_path = path.parent_path() / (path.stem().string() + ext);
+    std::error_code ec;
+    if (fs::is_regular_file(caption_path, ec)) {
+        std::string text;
+        if (!read_bytes(caption_path, text, error))
+            return skip("cannot read its caption file " + caption_path.string() + " (" + error +
+                        "); check that it is readable");
+        if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);  // byte-order mark
+        if (const std::optional<TextPosition> bad = find_invalid_utf8(text)) {
+            return skip("its caption file " + caption_path.string() + " is not valid UTF-8 (line " +
+                        std::to_string(bad->line) + ", column " + std::to_string(bad->column) +
+                        "); save it as UTF-8");
+        }
+        record.caption_path = caption_path;
+        record.caption = std::move(text);
+    }
+    if (trim(record.caption).empty() && cfg.default_caption) record.caption = *cfg.default_caption;
+    out.record = std::move(record);
+    return out;
+}
+
+}  // namespace
+
+DatasetError::DatasetError(std::string folder, const std::string& message)
+    : Error(message), folder_(std::move(folder)) {}
+
+bool is_supported_image_name(const fs::path& path) {
+    const std::string ext = lower(path.extension().string());
+    return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".webp";
+}
+
+bool is_unsupported_image_name(const fs::path& path) {
+    const std::string ext = lower(path.extension().string());
+    return ext == ".gif" || ext == ".bmp" || ext == ".tif" || ext == ".tiff" || ext == ".heic" ||
+           ext == ".heif" || ext == ".avif" || ext == ".jxl";
+}
+
+std::vector<ImageSize> ScannedDataset::sizes() const {
+    std::vector<ImageSize> out;
+    out.reserve(images.size());
+    for (const ImageRecord& r : images) out.push_back({r.width, r.height});
+    return out;
+}
+
+ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions& options) {
+    const Logger log = logger("data");
+    const std::string folder_text = cfg.folder_path;
+    if (folder_text.empty())
+        throw DatasetError(folder_text, "datasets[].folder_path is empty; set it to a folder of " +
+                                            std::string(kImageKinds) + " images");
+    const fs::path folder(folder_text);
+    std::error_code ec;
+    const fs::file_status status = fs::status(folder, ec);
+    if (!fs::exists(status))
+        throw DatasetError(folder_text, "dataset folder " + folder_text +
+                                            " does not exist; set datasets[].folder_path to a "
+                                            "folder of " +
+                                            kImageKinds + " images");
+    if (!fs::is_directory(status))
+        throw DatasetError(folder_text, "dataset folder_path " + folder_text +
+                                            " is not a folder; set it to the folder that holds "
+                                            "the images");
+
+    std::vector<fs::path> files;  // supported and recognised-but-unsupported images
+    std::size_t unsupported = 0;
+    fs::recursive_directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec);
+    if (ec)
+        throw DatasetError(folder_text, "cannot list dataset folder " + folder_text + " (" +
+                                            ec.message() + "); check its permissions");
+    for (const fs::recursive_directory_iterator end; it != end; it.increment(ec)) {
+        if (ec) {
+            log.warn("cannot list part of {} ({}); its images are left out", folder_text,
+                     ec.message());
+            ec.clear();
+            break;
+        }
+        const fs::directory_entry& entry = *it;
+        const fs::path& p = entry.path();
+        std::error_code e;
+        if (entry.is_directory(e)) {
+            if (hidden(p) || p.filename() == "_controls") it.disable_recursion_pending();
+            continue;
+        }
+        // Regular files, and dangling symlinks (reported as unreadable rather than ignored).
+        const bool dangling = entry.is_symlink(e) && !fs::exists(fs::status(p, e));
+        if (hidden(p) || !(entry.is_regular_file(e) || dangling)) continue;
+        if (is_supported_image_name(p)) {
+            files.push_back(p);
+        } else if (is_unsupported_image_name(p)) {
+            files.push_back(p);
+            ++unsupported;
+        }
+    }
+    std::sort(files.begin(), files.end());
+
+    if (files.size() == unsupported) {
+        if (unsupported > 0) {
+            for (const fs::path& p : files) {
+                const Outcome o = examine(p, cfg);
+                log.warn("{}", o.warning);
+                if (options.on_warning) options.on_warning({p, o.warning});
+            }
+            throw DatasetError(folder_text,
+                               "dataset folder " + folder_text + " has no images loom can read (" +
+                                   kImageKinds + "), only " + std::to_string(unsupported) +
+                                   " in other formats; convert them to PNG, JPEG or WebP");
+        }
+        throw DatasetError(folder_text, "dataset folder " + folder_text + " has no images (" +
+                                            kImageKinds +
+                                            "); add images or fix datasets[].folder_path");
+    }
+
+    // Decoding dominates: examine files on up to num_workers threads, report in sorted order.
+    std::vector<Outcome> outcomes(files.size());
+    const std::size_t threads =
+        std::clamp<std::size_t>(std::size_t(std::max(cfg.num_workers, 1)), 1, files.size());
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+        for (std::size_t i = next++; i < files.size(); i = next++)
+            outcomes[i] = examine(files[i], cfg);
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+
+    ScannedDataset out;
+    out.folder = folder;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        Outcome& o = outcomes[i];
+        if (o.record) {
+            out.images.push_back(std::move(*o.record));
+        } else {
+            ++out.skipped;
+            log.warn("{}", o.warning);
+            if (options.on_warning) options.on_warning({files[i], o.warning});
+        }
+    }
+    if (out.images.empty())
+        throw DatasetError(folder_text, "none of the " + std::to_string(files.size()) +
+                                            " images in " + folder_text +
+                                            " could be used (each was skipped with a warning "
+                                            "above); fix or replace them");
+    log.info("dataset {}: {} images, {} skipped", folder_text, out.images.size(), out.skipped);
+    return out;
+}
+
+}  // namespace loom::data

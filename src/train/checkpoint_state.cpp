@@ -1,0 +1,98 @@
+#include "loom/train/checkpoint_state.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "loom/core/error.h"
+#include "loom/io/atomic_file.h"
+#include "loom/model/tensor_file.h"
+#include "loom/train/run_folder.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void add_list(NamedTensors& out, const std::string& prefix, const std::vector<at::Tensor>& list) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        out.emplace_back(prefix + "." + std::to_string(i), list[i].detach());
+    }
+}
+
+std::vector<at::Tensor> take_list(const std::map<std::string, at::Tensor>& all,
+                                  const std::string& prefix, std::size_t count,
+                                  const fs::path& file) {
+    std::vector<at::Tensor> out;
+    for (std::size_t i = 0; i < count; ++i) {
+        auto it = all.find(prefix + "." + std::to_string(i));
+        if (it == all.end()) {
+            throw FormatError(file.string(), "has no tensor '" + prefix + "." + std::to_string(i) +
+                                                 "'; the checkpoint is damaged");
+        }
+        out.push_back(it->second);
+    }
+    return out;
+}
+
+}  // namespace
+
+void save_checkpoint(const fs::path& dir, const CheckpointState& s) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);  // a partial save of the same step from an earlier crash
+    fs::create_directories(dir, ec);
+    if (ec) throw IoError(dir.string(), "cannot create the checkpoint folder: " + ec.message());
+    NamedTensors tensors;
+    add_list(tensors, "lora", s.lora);
+    add_list(tensors, "exp_avg", s.exp_avg);
+    add_list(tensors, "exp_avg_sq", s.exp_avg_sq);
+    add_list(tensors, "ema", s.ema);
+    tensors.emplace_back("rng_cpu", s.rng_cpu);
+    write_tensors(dir / "state.safetensors", tensors);
+    const nlohmann::json meta = {{"step", s.step},
+                                 {"optimizer_steps", s.optimizer_steps},
+                                 {"lora", s.lora.size()},
+                                 {"ema", s.ema.size()},
+                                 {"data_cursor", nlohmann::json::parse(s.data_cursor)}};
+    write_file_atomic(dir / "trainer.json", meta.dump(2) + "\n");
+    write_file_atomic(dir / RunFolder::kCompleteMarker, "ok\n");  // last: the save is whole
+}
+
+CheckpointState load_checkpoint(const fs::path& dir) {
+    const fs::path meta_path = dir / "trainer.json";
+    std::ifstream in(meta_path);
+    if (!in) throw IoError(meta_path.string(), "cannot be read; the checkpoint is incomplete");
+    nlohmann::json meta;
+    try {
+        meta = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw FormatError(meta_path.string(), std::string("is not valid JSON: ") + e.what());
+    }
+    CheckpointState s;
+    try {
+        s.step = meta.at("step").get<int64_t>();
+        s.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
+        s.data_cursor = meta.at("data_cursor").dump();
+        const auto lora_count = meta.at("lora").get<std::size_t>();
+        const auto ema_count = meta.at("ema").get<std::size_t>();
+        const fs::path file = dir / "state.safetensors";
+        std::map<std::string, at::Tensor> all;
+        for (auto& [name, t] : read_all_tensors(file)) all[name] = t;
+        s.lora = take_list(all, "lora", lora_count, file);
+        s.exp_avg = take_list(all, "exp_avg", lora_count, file);
+        s.exp_avg_sq = take_list(all, "exp_avg_sq", lora_count, file);
+        s.ema = take_list(all, "ema", ema_count, file);
+        auto rng = all.find("rng_cpu");
+        if (rng == all.end()) throw FormatError(file.string(), "has no RNG state");
+        s.rng_cpu = rng->second;
+    } catch (const nlohmann::json::exception& e) {
+        throw FormatError(meta_path.string(), std::string("is missing a field: ") + e.what());
+    }
+    return s;
+}
+
+}  // namespace loom

@@ -1,0 +1,270 @@
+// scan_dataset on folders written at test time: what is found, captions and sidecars, and every
+// kind of bad input with its exact warning or error.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "data_test_util.h"
+#include "loom/data/dataset.h"
+#include "loom/data/sha256.h"
+
+namespace loom::data {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+using test::write_file;
+
+std::string png(int w, int h, int seed = 0) {
+    return encode_png(test::pattern_image(w, h, seed));
+}
+
+std::vector<std::string> names(const ScannedDataset& d) {
+    std::vector<std::string> out;
+    for (const ImageRecord& r : d.images) out.push_back(fs::relative(r.path, d.folder).string());
+    return out;
+}
+
+std::string dataset_error(const config::DatasetConfig& cfg, test::WarningLog* log = nullptr) {
+    try {
+        scan_dataset(cfg, log ? log->options() : ScanOptions{});
+    } catch (const DatasetError& e) {
+        EXPECT_EQ(e.folder(), cfg.folder_path);
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST(ScanDataset, FindsImagesRecursivelyInSortedOrderSkippingHiddenAndControls) {
+    TempDir dir;
+    write_file(dir / "b.png", png(33, 17));
+    write_file(dir / "A.PNG", png(20, 10));
+    const std::string jpeg = encode_jpeg(test::pattern_image(40, 30));
+    write_file(dir / "a.jpg", jpeg);
+    write_file(dir / "sub" / "c.jpeg", encode_jpeg(test::pattern_image(8, 24)));
+    if (webp_supported())
+        write_file(dir / "sub" / "d.webp", encode_webp(test::pattern_image(12, 8)));
+    write_file(dir / ".hidden" / "e.png", png(4, 4));
+    write_file(dir / "sub" / ".thumbs" / "f.jpg", jpeg);
+    write_file(dir / ".g.png", png(4, 4));
+    write_file(dir / "sub" / "_controls" / "h.png", png(4, 4));
+    write_file(dir / "notes.txt", "not an image");
+    write_file(dir / "model.safetensors", "xx");
+
+    test::WarningLog log;
+    const ScannedDataset d = scan_dataset(test::dataset_config(dir.path()), log.options());
+    std::vector<std::string> want = {"A.PNG", "a.jpg", "b.png", "sub/c.jpeg"};
+    if (webp_supported()) want.push_back("sub/d.webp");
+    EXPECT_EQ(names(d), want);
+    EXPECT_TRUE(log.warnings.empty());
+    EXPECT_EQ(d.skipped, 0u);
+    EXPECT_EQ(d.images[0].width, 20);
+    EXPECT_EQ(d.images[0].height, 10);
+    EXPECT_EQ(d.images[0].format, ImageFormat::kPng);
+    EXPECT_EQ(d.images[1].format, ImageFormat::kJpeg);
+    EXPECT_EQ(d.images[1].content_hash, sha256_hex(jpeg));
+    EXPECT_EQ(d.images[3].width, 8);
+    EXPECT_EQ(d.images[3].height, 24);
+    const std::vector<ImageSize> sizes = d.sizes();
+    ASSERT_EQ(sizes.size(), d.images.size());
+    EXPECT_EQ(sizes[2].width, 33);
+    EXPECT_EQ(sizes[2].height, 17);
+}
+
+TEST(ScanDataset, CaptionSidecarsAndDefaultCaption) {
+    TempDir dir;
+    for (const char* name : {"a", "b", "c", "d", "e.v2"})
+        write_file(dir / (std::string(name) + ".png"), png(4, 4));
+    write_file(dir / "a.txt", "a cat, on a mat\n");
+    write_file(dir / "c.txt", "  \n");                    // blank: default_caption
+    write_file(dir / "d.txt", "\xEF\xBB\xBFnaïve café");  // byte-order mark dropped
+    write_file(dir / "e.v2.txt", "dotted stem");
+    write_file(dir / "b.caption", "other extension");
+
+    config::DatasetConfig cfg = test::dataset_config(dir.path());
+    cfg.default_caption = "a photo";
+    ScannedDataset d = scan_dataset(cfg);
+    ASSERT_EQ(d.images.size(), 5u);
+    EXPECT_EQ(d.images[0].caption, "a cat, on a mat\n");
+    EXPECT_EQ(d.images[0].caption_path, std::optional<fs::path>(dir / "a.txt"));
+    EXPECT_EQ(d.images[1].caption, "a photo");
+    EXPECT_FALSE(d.images[1].caption_path);
+    EXPECT_EQ(d.images[2].caption, "a photo");
+    EXPECT_EQ(d.images[3].caption, "naïve café");
+    EXPECT_EQ(d.images[4].caption, "dotted stem");
+
+    cfg.default_caption.reset();
+    d = scan_dataset(cfg);
+    EXPECT_EQ(d.images[1].caption, "");
+    EXPECT_EQ(d.images[2].caption, "  \n");  // raw; process_caption normalises it to ""
+
+    cfg.caption_ext = "caption";  // a missing dot is added, as ai-toolkit does
+    d = scan_dataset(cfg);
+    EXPECT_EQ(d.images[0].caption, "");
+    EXPECT_EQ(d.images[1].caption, "other extension");
+}
+
+TEST(ScanDataset, ExifOrientationIsAppliedToTheSize) {
+    TempDir dir;
+    write_file(dir / "rot.jpg", test::jpeg_with_orientation(test::pattern_image(32, 16), 6, true));
+    const ScannedDataset d = scan_dataset(test::dataset_config(dir.path()));
+    ASSERT_EQ(d.images.size(), 1u);
+    EXPECT_EQ(d.images[0].width, 16);
+    EXPECT_EQ(d.images[0].height, 32);
+}
+
+TEST(ScanDataset, EveryBadFileIsSkippedWithExactlyOneWarningNamingIt) {
+    TempDir dir;
+    const std::string good_png = png(16, 16);
+    const std::string good_jpeg = encode_jpeg(test::pattern_image(64, 64), 90);
+    write_file(dir / "good.png", good_png);
+    write_file(dir / "t_png.png", good_png.substr(0, good_png.size() / 2));
+    write_file(dir / "t_jpeg.jpg", good_jpeg.substr(0, good_jpeg.size() * 2 / 3));
+    write_file(dir / "zero.png", "");
+    write_file(dir / "anim.gif", "GIF89a....");
+    write_file(dir / "scan.BMP", "BM....");
+    write_file(dir / "text.png", "this is text");
+    write_file(dir / "gif_inside.png", "GIF89a....");
+    write_file(dir / "latin1.png", good_png);
+    write_file(dir / "latin1.txt", "caf\xE9 au lait");
+    write_file(dir / "second_line.png", good_png);
+    write_file(dir / "second_line.txt", "fine\nbad \xFF");
+    fs::create_symlink(dir / "gone.png", dir / "link.png");
+    const bool root = ::geteuid() == 0;  // root reads files whatever their permissions
+    if (!root) {
+        write_file(dir / "locked.png", good_png);
+        fs::permissions(dir / "locked.png", fs::perms::none);
+    }
+
+    test::WarningLog log;
+    const ScannedDataset d = scan_dataset(test::dataset_config(dir.path()), log.options());
+    EXPECT_EQ(names(d), std::vector<std::string>{"good.png"});
+
+    auto p = [&](const char* name) { return (dir / name).string(); };
+    const std::string redo = "; re-export the image or remove it from the dataset";
+    std::vector<std::string> want = {
+        "skipping " + p("anim.gif") +
+            ": .gif images are not supported; convert it to PNG, JPEG "
+            "or WebP",
+        "skipping " + p("gif_inside.png") +
+            ": it is a GIF image, which loom does not read; "
+            "convert it to PNG, JPEG or WebP",
+        "skipping " + p("latin1.png") + ": its caption file " + p("latin1.txt") +
+            " is not valid UTF-8 (line 1, column 4); save it as UTF-8",
+        "skipping " + p("link.png") +
+            ": cannot read the file (No such file or directory); check that it exists and is "
+            "readable",
+    };
+    if (!root)
+        want.push_back("skipping " + p("locked.png") +
+                       ": cannot read the file (Permission denied); check that it exists and is "
+                       "readable");
+    const std::vector<std::string> rest = {
+        "skipping " + p("scan.BMP") +
+            ": .bmp images are not supported; convert it to PNG, JPEG "
+            "or WebP",
+        "skipping " + p("second_line.png") + ": its caption file " + p("second_line.txt") +
+            " is not valid UTF-8 (line 2, column 5); save it as UTF-8",
+        "skipping " + p("t_jpeg.jpg") +
+            ": the JPEG image is truncated (its end-of-image marker is missing)" + redo,
+        "skipping " + p("t_png.png") + ": the PNG image is truncated (it ends inside a chunk)" +
+            redo,
+        "skipping " + p("text.png") +
+            ": it is not a PNG, JPEG or WebP image (unrecognised content); convert it to one of "
+            "those or remove it from the dataset",
+        "skipping " + p("zero.png") + ": the file is empty (0 bytes)" + redo,
+    };
+    want.insert(want.end(), rest.begin(), rest.end());
+    EXPECT_EQ(log.messages(), want);
+    EXPECT_EQ(d.skipped, want.size());
+    ASSERT_EQ(log.warnings.size(), want.size());
+    EXPECT_EQ(log.warnings[0].path, dir / "anim.gif");
+}
+
+TEST(ScanDataset, MissingFolderIsAnErrorWithWhatToDo) {
+    TempDir dir;
+    const std::string missing = (dir / "nope").string();
+    EXPECT_EQ(dataset_error(test::dataset_config(missing)),
+              "dataset folder " + missing +
+                  " does not exist; set datasets[].folder_path to a folder of .jpg, .jpeg, .png "
+                  "or .webp images");
+    write_file(dir / "file.png", png(4, 4));
+    EXPECT_EQ(dataset_error(test::dataset_config(dir / "file.png")),
+              "dataset folder_path " + (dir / "file.png").string() +
+                  " is not a folder; set it to the folder that holds the images");
+    EXPECT_EQ(dataset_error(test::dataset_config("")),
+              "datasets[].folder_path is empty; set it to a folder of .jpg, .jpeg, .png or .webp "
+              "images");
+}
+
+TEST(ScanDataset, EmptyFolderIsAnError) {
+    TempDir dir;
+    const std::string want = "dataset folder " + dir.path().string() +
+                             " has no images (.jpg, .jpeg, .png or .webp); add images or fix "
+                             "datasets[].folder_path";
+    EXPECT_EQ(dataset_error(test::dataset_config(dir.path())), want);
+    // Hidden images and other files do not count.
+    write_file(dir / ".hidden" / "a.png", png(4, 4));
+    write_file(dir / ".b.png", png(4, 4));
+    write_file(dir / "a.txt", "a caption without an image");
+    EXPECT_EQ(dataset_error(test::dataset_config(dir.path())), want);
+}
+
+TEST(ScanDataset, OnlyUnsupportedFormatsIsAnErrorAfterTheirWarnings) {
+    TempDir dir;
+    write_file(dir / "a.gif", "GIF89a");
+    write_file(dir / "b.tiff", "II*");
+    test::WarningLog log;
+    EXPECT_EQ(dataset_error(test::dataset_config(dir.path()), &log),
+              "dataset folder " + dir.path().string() +
+                  " has no images loom can read (.jpg, .jpeg, .png or .webp), only 2 in other "
+                  "formats; convert them to PNG, JPEG or WebP");
+    EXPECT_EQ(log.messages(),
+              (std::vector<std::string>{
+                  "skipping " + (dir / "a.gif").string() +
+                      ": .gif images are not supported; convert it to PNG, JPEG or WebP",
+                  "skipping " + (dir / "b.tiff").string() +
+                      ": .tiff images are not supported; convert it to PNG, JPEG or WebP"}));
+}
+
+TEST(ScanDataset, AllImagesBadIsAnErrorAfterTheirWarnings) {
+    TempDir dir;
+    write_file(dir / "a.png", "");
+    write_file(dir / "b.jpg", "\xFF\xD8\xFF\xE0");
+    write_file(dir / "c.webp", "RIFF");
+    test::WarningLog log;
+    EXPECT_EQ(dataset_error(test::dataset_config(dir.path()), &log),
+              "none of the 3 images in " + dir.path().string() +
+                  " could be used (each was skipped with a warning above); fix or replace them");
+    EXPECT_EQ(log.warnings.size(), 3u);
+}
+
+TEST(ScanDataset, ExtensionsAreCaseInsensitive) {
+    for (const char* yes : {"a.jpg", "a.JPG", "a.Jpeg", "a.png", "a.WEBP"})
+        EXPECT_TRUE(is_supported_image_name(yes)) << yes;
+    for (const char* no : {"a.gif", "a.txt", "a", "a.png.txt", "a.mp4"})
+        EXPECT_FALSE(is_supported_image_name(no)) << no;
+    for (const char* other : {"a.gif", "a.BMP", "a.tif", "a.heic", "a.avif"})
+        EXPECT_TRUE(is_unsupported_image_name(other)) << other;
+}
+
+TEST(Sha256, KnownVectors) {
+    EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(sha256_hex("abc"),
+              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+              "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    // Incremental updates across block boundaries equal one update.
+    const std::string million(1000000, 'a');
+    Sha256 sha;
+    for (std::size_t i = 0; i < million.size(); i += 777)
+        sha.update(std::string_view(million).substr(i, 777));
+    const auto digest = sha.finish();
+    EXPECT_EQ(digest[0], 0xcd);
+    EXPECT_EQ(digest[31], 0xd0);
+    EXPECT_EQ(sha256_hex(million),
+              "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+}  // namespace
+}  // namespace loom::data

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Loads loom's LoRA files into diffusers the way users do and compares the numbers.
+
+    check_lora_interop.py LORA_INTEROP_EXPORT REF_DIR
+
+For sd1 and sdxl, runs lora_interop_export (seeded random LoRAs with alpha != rank, with and
+without 3x3 convs, saved in the kohya and peft layouts, plus loom's UNet output with them
+applied), then for every file:
+  - builds the pipeline with from_pretrained(REF_DIR/<model>) and calls
+    pipe.load_lora_weights(folder, weight_name=file), failing on any diffusers/peft warning;
+  - checks the modules diffusers gave a LoRA are exactly the file's modules, and that each one's
+    change scaling * B @ A equals the file's (alpha / rank) * up @ down (every key consumed, with
+    the right scale);
+  - runs pipe.unet on the case inputs and compares with loom's output (max abs error <= 1e-4),
+    after checking the LoRA moves the output well beyond that tolerance.
+Prints one line per check and a final 'N passed, N failed' line; exits 1 on any failure.
+"""
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+import diffusers
+import transformers
+from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
+
+TOLERANCE = 1e-4         # UNet output, loom vs diffusers (float32 on the CPU)
+DELTA_TOLERANCE = 1e-6   # per-module weight change, relative to its largest entry
+MIN_EFFECT = 1e-2        # the LoRA must move the output by at least this much
+
+# The one warning a UNet-only LoRA rightly gets: the pipeline also offers it to the text encoders.
+BENIGN = re.compile(r"No LoRA keys associated to CLIPTextModel(WithProjection)? found with the "
+                    r"prefix='text_encoder(_2)?'")
+
+# (model folder, pipeline class, case inputs)
+MODELS = [
+    ("sd1", StableDiffusionPipeline, "sd1_unet"),
+    ("sdxl", StableDiffusionXLPipeline, "sdxl_unet"),
+]
+VARIANTS = ["linear", "conv"]
+LAYOUTS = ["kohya", "peft"]
+
+
+class Checks:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def report(self, ok, what, detail=""):
+        print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
+        self.passed += bool(ok)
+        self.failed += not ok
+        return ok
+
+
+class WarningCapture(logging.Handler):
+    """Collects the records diffusers logs at WARNING and above."""
+
+    def __init__(self):
+        super().__init__(level=logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(f"{record.name}: {record.getMessage()}")
+
+
+def file_deltas(path):
+    """({module: expected weight change}, number of keys, [keys no module accounts for]) of a loom
+    LoRA file in either layout. Module names are kohya names or module paths, as in the file."""
+    tensors = load_file(path)
+    kohya = any(k.startswith("lora_unet_") for k in tensors)
+    parts = (".lora_down.weight", ".lora_up.weight", ".alpha") if kohya else \
+        (".lora_A.weight", ".lora_B.weight")
+    modules = {}
+    stray = []
+    for key in tensors:
+        part = next((p for p in parts if key.endswith(p)), None)
+        if part is None:
+            stray.append(key)
+            continue
+        modules.setdefault(key[: -len(part)], {})[part] = tensors[key].double()
+    deltas = {}
+    for stem, found in modules.items():
+        if len(found) != len(parts):
+            stray += [stem + p for p in found]  # an incomplete module loads nowhere sensibly
+            continue
+        down, up = found[parts[0]], found[parts[1]]
+        scale = found[".alpha"].item() / down.shape[0] if kohya else 1.0
+        deltas[stem if kohya else stem.removeprefix("unet.")] = \
+            (up.flatten(1) @ down.flatten(1)) * scale
+    return deltas, len(tensors), stray
+
+
+def kohya_name(module_path):
+    return "lora_unet_" + module_path.replace(".", "_")
+
+
+def diffusers_deltas(unet, adapter, kohya):
+    """{module path (kohya name for kohya files): scaling * B @ A} of the LoRAs diffusers made."""
+    from peft.tuners.lora import LoraLayer
+
+    deltas = {}
+    for name, module in unet.named_modules():
+        if not isinstance(module, LoraLayer) or adapter not in module.lora_A:
+            continue
+        a = module.lora_A[adapter].weight.detach().double()
+        b = module.lora_B[adapter].weight.detach().double()
+        delta = (b.flatten(1) @ a.flatten(1)) * module.scaling[adapter]
+        deltas[kohya_name(name) if kohya else name] = delta
+    return deltas
+
+
+def first(items, n=3):
+    items = sorted(items)
+    return ", ".join(items[:n]) + (", ..." if len(items) > n else "")
+
+
+def run_unet(pipe, inputs):
+    kwargs = {}
+    if "text_embeds" in inputs:
+        kwargs["added_cond_kwargs"] = {"text_embeds": inputs["text_embeds"],
+                                       "time_ids": inputs["time_ids"]}
+    with torch.no_grad():
+        return pipe.unet(inputs["sample"], inputs["timestep"], inputs["encoder_hidden_states"],
+                         **kwargs).sample
+
+
+def check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs, loom_out, capture):
+    what = f"{os.path.basename(model_dir)} {weight_name}"
+    pipe = pipeline_class.from_pretrained(model_dir)  # float32, as make_reference.py saved it
+    base = run_unet(pipe, inputs)
+
+    with safe_open(os.path.join(folder, weight_name), "pt") as f:
+        metadata = f.metadata() or {}
+    checks.report(metadata.get("format") == "pt", f"{what} metadata format=pt",
+                  f"format {metadata.get('format')!r}")
+
+    capture.messages.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # Exactly what users do with a downloaded LoRA file.
+            pipe.load_lora_weights(folder, weight_name=weight_name)
+        except Exception as e:  # noqa: BLE001 - report it as this file's failure
+            checks.report(False, f"{what} load_lora_weights",
+                          f"{type(e).__name__}: {str(e)[:400]}")
+            return
+    noise = [m for m in capture.messages if not BENIGN.search(m)] + [
+        f"{w.category.__name__}: {w.message}" for w in caught
+        if "/diffusers/" in w.filename or "/peft/" in w.filename]
+    checks.report(not noise, f"{what} load_lora_weights without warnings",
+                  "; ".join(m[:300] for m in noise))
+
+    kohya = weight_name.endswith(".kohya.safetensors")
+    want, num_keys, stray = file_deltas(os.path.join(folder, weight_name))
+    adapters = list(getattr(pipe.unet, "peft_config", {}))
+    if not checks.report(len(adapters) == 1, f"{what} one adapter on the unet",
+                         f"adapters {adapters}"):
+        return
+    got = diffusers_deltas(pipe.unet, adapters[0], kohya)
+    missing = set(want) - set(got)
+    extra = set(got) - set(want)
+    detail = f"{len(got)} diffusers LoRA modules, {len(want)} in the file ({num_keys} keys)"
+    if missing:
+        detail += f"; not loaded: {first(missing)}"
+    if extra:
+        detail += f"; not in the file: {first(extra)}"
+    if stray:
+        detail += f"; keys of no complete module: {first(stray)}"
+    checks.report(not missing and not extra and not stray, f"{what} every module loaded", detail)
+
+    worst, worst_name = 0.0, ""
+    for name in set(want) & set(got):
+        w, g = want[name], got[name]
+        if w.shape != g.shape:
+            worst, worst_name = float("inf"), f"{name} shape {tuple(g.shape)} != {tuple(w.shape)}"
+            break
+        err = ((g - w).abs().max() / w.abs().max().clamp_min(1e-30)).item()
+        if err > worst:
+            worst, worst_name = err, name
+    checks.report(worst <= DELTA_TOLERANCE, f"{what} per-module weight change",
+                  f"max relative error {worst:.3g} (tolerance {DELTA_TOLERANCE:g})" +
+                  (f" at {worst_name}" if worst_name else ""))
+
+    out = run_unet(pipe, inputs)
+    effect = (out.double() - base.double()).abs().max().item()
+    checks.report(effect >= MIN_EFFECT, f"{what} LoRA changes the output",
+                  f"max abs change {effect:.3g} (at least {MIN_EFFECT:g})")
+    if tuple(out.shape) != tuple(loom_out.shape):
+        checks.report(False, f"{what} output", f"shape {tuple(out.shape)} != loom's "
+                      f"{tuple(loom_out.shape)}")
+        return
+    err = (out.double() - loom_out.double()).abs().max().item()
+    checks.report(err <= TOLERANCE, f"{what} output vs loom",
+                  f"max abs error {err:.3g} (tolerance {TOLERANCE:g})")
+
+
+def main(exporter, ref):
+    torch.manual_seed(0)
+    torch.set_num_threads(min(4, os.cpu_count() or 1))
+    diffusers.utils.logging.set_verbosity_warning()
+    diffusers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.disable_progress_bar()
+    capture = WarningCapture()
+    logging.getLogger("diffusers").addHandler(capture)
+    logging.getLogger("peft").addHandler(capture)
+
+    checks = Checks()
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, pipeline_class, case in MODELS:
+            model_dir = os.path.join(ref, model)
+            inputs_path = os.path.join(ref, "cases", f"{case}.inputs.safetensors")
+            folder = os.path.join(tmp, model)
+            run = subprocess.run([exporter, model_dir, inputs_path, folder],
+                                 capture_output=True, text=True)
+            if not checks.report(run.returncode == 0, f"{model} lora_interop_export",
+                                 (run.stdout + run.stderr).strip().replace("\n", "; ")):
+                continue
+            inputs = load_file(inputs_path)
+            for variant in VARIANTS:
+                loom_out = load_file(os.path.join(folder, f"{variant}.output.safetensors"))["sample"]
+                for layout in LAYOUTS:
+                    weight_name = f"{variant}.{layout}.safetensors"
+                    check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs,
+                               loom_out, capture)
+    print(f"{checks.passed} passed, {checks.failed} failed")
+    return 0 if checks.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
