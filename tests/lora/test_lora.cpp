@@ -11,23 +11,12 @@
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
 #include "loom/model/unet_2d_condition.h"
+#include "tiny_models.h"
 
 namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
-
-UNetConfig tiny_unet() {
-    UNetConfig c;
-    c.block_out_channels = {32, 64};
-    c.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D"};
-    c.up_block_types = {"CrossAttnUpBlock2D", "UpBlock2D"};
-    c.layers_per_block = {1, 1};
-    c.num_attention_heads = {4, 4};
-    c.cross_attention_dim = {32, 32};
-    c.transformer_layers_per_block = {1, 1};
-    return c;
-}
 
 TEST(TargetRules, DefaultsAreTheTransformerProjections) {
     const TargetRules rules;
@@ -71,7 +60,7 @@ class LoRANetworkTest : public ::testing::Test {
   protected:
     void SetUp() override {
         torch::manual_seed(0);
-        unet = UNet2DConditionModel(tiny_unet());
+        unet = UNet2DConditionModel(testing::tiny_unet_config(1));
         unet->eval();
         sample = torch::randn({1, 4, 16, 16});
         context = torch::randn({1, 5, 32});
