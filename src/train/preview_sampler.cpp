@@ -34,7 +34,7 @@ at::Tensor guided_prediction(StableDiffusion& model, const at::Tensor& latents, 
                                   ? at::cat({uncond.text_embeds, cond.text_embeds})
                                   : at::Tensor();
         const at::Tensor ids = time_ids.defined() ? at::cat({time_ids, time_ids}) : at::Tensor();
-        const auto parts = unet.forward(both, t, ctx, te, ids).chunk(2);
+        const auto parts = unet.forward(both, at::cat({t, t}), ctx, te, ids).chunk(2);
         return apply_guidance(parts[0], parts[1], scale);
     }
     const at::Tensor u = unet.forward(latents, t, uncond.context, uncond.text_embeds, time_ids);

@@ -196,7 +196,16 @@ void Trainer::prepare_data() {
     for (const data::Bucket& b : plan.buckets) {
         log().info("bucket {}: {} items", b.size.key(), b.items.size());
     }
+    // One batch size for the whole data order: a per-dataset override applies when the datasets
+    // agree on it (ai-toolkit batches inside each dataset; loom's buckets span them).
     const int batch = process_.datasets.front().batch_size.value_or(process_.train.batch_size);
+    for (const auto& dc : process_.datasets) {
+        if (dc.batch_size.value_or(process_.train.batch_size) != batch) {
+            log().warn("datasets ask for different batch sizes; loom uses {} for all of them",
+                       batch);
+            break;
+        }
+    }
     order_ = std::make_unique<data::DataOrder>(std::move(plan), batch, seed());
     const std::string identity = process_.model.name_or_path + "|" + model_.arch;
     bool memory_latents = false;

@@ -128,7 +128,8 @@ struct DatasetConfig {
         v("shuffle_tokens", &DatasetConfig::shuffle_tokens);
         v("keep_tokens", &DatasetConfig::keep_tokens, AtLeast{0});
         v("resolution", &DatasetConfig::resolution, AtLeast{64}, MinItems{1});
-        v("buckets", &DatasetConfig::buckets);
+        v("buckets", &DatasetConfig::buckets,
+          NotYetUnlessDefault{"loom always buckets by aspect ratio"});
         v("bucket_tolerance", &DatasetConfig::bucket_tolerance, AtLeast{1});
         v("flip_x", &DatasetConfig::flip_x);
         v("flip_y", &DatasetConfig::flip_y);
