@@ -22,11 +22,17 @@ at::Tensor initial_noise(const PreviewRequest& r, int64_t latent_channels, int64
 }
 
 // Predicts the noise for `latents` at timestep `t` with classifier-free guidance.
-at::Tensor guided_prediction(StableDiffusion& model, const at::Tensor& latents, const at::Tensor& t,
-                             const TextConditioning& cond, const TextConditioning& uncond,
-                             const at::Tensor& time_ids, double scale, bool batch_guidance) {
+// The sampler's math runs in float32; the UNet in its own dtype (bf16 when training in bf16).
+at::Tensor guided_prediction(StableDiffusion& model, const at::Tensor& latents_f32,
+                             const at::Tensor& t, const TextConditioning& cond,
+                             const TextConditioning& uncond, const at::Tensor& time_ids,
+                             double scale, bool batch_guidance) {
     auto& unet = *model.unet;
-    if (scale <= 1.0) return unet.forward(latents, t, cond.context, cond.text_embeds, time_ids);
+    const at::ScalarType dtype = unet.parameters().front().scalar_type();
+    const at::Tensor latents = latents_f32.to(dtype);
+    if (scale <= 1.0) {
+        return unet.forward(latents, t, cond.context, cond.text_embeds, time_ids).to(at::kFloat);
+    }
     if (batch_guidance) {
         const at::Tensor both = at::cat({latents, latents});
         const at::Tensor ctx = at::cat({uncond.context, cond.context});
@@ -34,11 +40,14 @@ at::Tensor guided_prediction(StableDiffusion& model, const at::Tensor& latents, 
                                   ? at::cat({uncond.text_embeds, cond.text_embeds})
                                   : at::Tensor();
         const at::Tensor ids = time_ids.defined() ? at::cat({time_ids, time_ids}) : at::Tensor();
-        const auto parts = unet.forward(both, at::cat({t, t}), ctx, te, ids).chunk(2);
+        const auto parts =
+            unet.forward(both, at::cat({t, t}), ctx, te, ids).to(at::kFloat).chunk(2);
         return apply_guidance(parts[0], parts[1], scale);
     }
-    const at::Tensor u = unet.forward(latents, t, uncond.context, uncond.text_embeds, time_ids);
-    const at::Tensor c = unet.forward(latents, t, cond.context, cond.text_embeds, time_ids);
+    const at::Tensor u =
+        unet.forward(latents, t, uncond.context, uncond.text_embeds, time_ids).to(at::kFloat);
+    const at::Tensor c =
+        unet.forward(latents, t, cond.context, cond.text_embeds, time_ids).to(at::kFloat);
     return apply_guidance(u, c, scale);
 }
 
@@ -89,7 +98,8 @@ std::vector<at::Tensor> run_group(StableDiffusion& model,
     const VAEConfig& vc = model.vae->config();
     at::Tensor z = latents / vc.scaling_factor;
     if (vc.shift_factor) z = z + *vc.shift_factor;
-    const at::Tensor images = model.vae->decode(z);  // [B, 3, H, W] in about [-1, 1]
+    const at::Tensor images = model.vae->decode(z.to(model.vae->parameters().front().scalar_type()))
+                                  .to(at::kFloat);  // [B, 3, H, W] in about [-1, 1]
     std::vector<at::Tensor> out;
     for (int64_t b = 0; b < batch; ++b) {
         out.push_back(((images[b].clamp(-1, 1) + 1) * 127.5)

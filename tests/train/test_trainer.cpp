@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -30,7 +31,8 @@ class TrainerTest : public ::testing::Test {
     static void TearDownTestSuite() { fs::remove_all(root_); }
 
     static config::Job job(const std::string& name, int steps, const std::string& lr = "3e-3",
-                           const std::string& network = "{linear: 4, linear_alpha: 4}") {
+                           const std::string& network = "{linear: 4, linear_alpha: 4}",
+                           const std::string& train_extra = "") {
         const std::string text =
             "job: extension\n"
             "config:\n"
@@ -62,9 +64,8 @@ class TrainerTest : public ::testing::Test {
             lr +
             "\n"
             "        batch_size: 2\n"
-            "        gradient_checkpointing: false\n"
-            "      model: {name_or_path: " +
-            (root_ / "model").string() +
+            "        gradient_checkpointing: false\n" +
+            train_extra + "      model: {name_or_path: " + (root_ / "model").string() +
             ", arch: sd1}\n"
             "      sample:\n"
             "        sampler: ddim\n"
@@ -129,6 +130,22 @@ TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
         worst = std::max(worst, (a[i].second - b[i].second).abs().max().item<double>());
     }
     EXPECT_LE(worst, 1e-5);
+}
+
+TEST_F(TrainerTest, Bf16WithEmaAccumulationAndCosineRuns) {
+    TrainOverrides o;
+    o.progress_line = false;
+    const TrainSummary s = train_process(
+        job("bf16", 4, "1e-3", "{linear: 4, linear_alpha: 4}",
+            "        dtype: bf16\n        gradient_accumulation: 2\n        lr_scheduler: cosine\n"
+            "        ema_config: {use_ema: true, ema_decay: 0.9}\n"),
+        0, o);
+    ASSERT_EQ(s.losses.size(), 4u);
+    for (double l : s.losses) EXPECT_TRUE(std::isfinite(l));
+    const NamedTensors lora = read_all_tensors(s.final_lora);
+    ASSERT_FALSE(lora.empty());
+    for (const auto& [name, t] : lora)
+        EXPECT_EQ(t.scalar_type(), at::kFloat) << name;  // save.dtype
 }
 
 }  // namespace
