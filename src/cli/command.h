@@ -27,6 +27,7 @@ const Command* find_command(const std::vector<std::string>& words, std::size_t& 
 // Commands, one factory per file.
 Command make_config_check_command();
 Command make_devices_command();
+Command make_doctor_command();
 Command make_eval_command();
 Command make_inspect_command();
 Command make_train_command();

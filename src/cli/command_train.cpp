@@ -1,5 +1,8 @@
 // loom train JOB.yaml: run every process of a job, resuming run folders that have checkpoints.
+// By default the training runs in a child process under the supervisor (supervisor.h);
+// --no-supervise (which is also how the child is started) trains in this process.
 
+#include <filesystem>
 #include <iostream>
 
 #include "command.h"
@@ -11,6 +14,8 @@
 #include "loom/device/faults.h"
 #include "loom/train/trainer.h"
 #include "options.h"
+#include "stop_signal.h"
+#include "supervisor.h"
 
 namespace loom::cli {
 
@@ -30,10 +35,41 @@ cxxopts::Options train_options() {
                   "SIZE")("faults", "Fault-injection rules (default: $LOOM_FAULTS or none)",
                           cxxopts::value<std::string>(), "RULES")(
         "fresh", "Start over even when the run folder has checkpoints (default: off)")(
+        "no-supervise",
+        "Train in this process: no child process, no restart after a crash or the host's "
+        "out-of-memory killer (default: off, training runs in a supervised child)")(
         "stop-after", "Stop after N steps without a final save, as if killed (default: none)",
         cxxopts::value<long long>(), "N");
     options.parse_positional({"job"});
     return options;
+}
+
+// Trains every process in order in this process; SIGINT/SIGTERM stop it after the running step
+// with a checkpoint (exit 130).
+int train_in_process(const config::Job& job, TrainOverrides o) {
+    o.stop_requested = &install_stop_handlers();
+    for (std::size_t i = 0; i < job.config.process.size(); ++i) {
+        const TrainSummary s = train_process(job, i, o);
+        if (s.final_lora.empty()) {
+            std::cout << "stopped at step " << s.end_step << "; rerun to resume from "
+                      << s.run_folder.string() << "\n";
+            if (s.interrupted) return to_int(ExitCode::kInterrupted);
+            continue;
+        }
+        std::cout << "LoRA:    " << s.final_lora.string() << "\n"
+                  << "samples: " << (s.run_folder / "samples").string() << "\n"
+                  << "metrics: " << (s.run_folder / "metrics.jsonl").string() << "\n"
+                  << "log:     " << (s.run_folder / "loom.log").string() << "\n"
+                  << "events:  " << (s.run_folder / "events.jsonl").string() << " (" << s.ooms
+                  << " out-of-memory errors recovered, " << s.plan_changes
+                  << " plan changes, 0 steps lost)\n"
+                  << "plan:    " << (s.run_folder / "plan.yaml").string() << " (" << s.final_plan
+                  << ")\n";
+        if (std::filesystem::exists(s.run_folder / "stable.yaml")) {
+            std::cout << "stable:  " << (s.run_folder / "stable.yaml").string() << "\n";
+        }
+    }
+    return to_int(ExitCode::kOk);
 }
 
 int run_train(const std::vector<std::string>& args) {
@@ -41,13 +77,17 @@ int run_train(const std::vector<std::string>& args) {
     const cxxopts::ParseResult parsed = parse_options(options, "train", args);
     if (!parsed.count("job"))
         throw UsageError("loom train: give a job file (see `loom help train`)");
+    const bool supervise = parsed.count("no-supervise") == 0;
     config::LoadOptions load;
     if (parsed.count("set")) load.overrides = parsed["set"].as<std::vector<std::string>>();
     load.strict = parsed.count("strict") > 0;
     const std::string path = parsed["job"].as<std::string>();
     const config::LoadedJob loaded = config::load_job_file(path, load);
-    for (const auto& line : loaded.applied_overrides) logger("config").info("--set {}", line);
-    for (const auto& d : loaded.warnings) std::cerr << d.to_string() << "\n";
+    // Under the supervisor the child loads the job again and reports these itself.
+    if (!supervise) {
+        for (const auto& line : loaded.applied_overrides) logger("config").info("--set {}", line);
+        for (const auto& d : loaded.warnings) std::cerr << d.to_string() << "\n";
+    }
     configure_faults(parsed.count("faults")
                          ? std::optional<std::string>(parsed["faults"].as<std::string>())
                          : std::nullopt);
@@ -62,19 +102,8 @@ int run_train(const std::vector<std::string>& args) {
     }
     o.fresh = parsed.count("fresh") > 0;
     if (parsed.count("stop-after")) o.stop_after_steps = parsed["stop-after"].as<long long>();
-    for (std::size_t i = 0; i < loaded.job.config.process.size(); ++i) {
-        const TrainSummary s = train_process(loaded.job, i, o);
-        if (s.final_lora.empty()) {
-            std::cout << "stopped at step " << s.end_step << "; rerun to resume from "
-                      << s.run_folder.string() << "\n";
-            continue;
-        }
-        std::cout << "LoRA:    " << s.final_lora.string() << "\n"
-                  << "samples: " << (s.run_folder / "samples").string() << "\n"
-                  << "metrics: " << (s.run_folder / "metrics.jsonl").string() << "\n"
-                  << "log:     " << (s.run_folder / "loom.log").string() << "\n";
-    }
-    return to_int(ExitCode::kOk);
+    if (supervise) return supervise_training(loaded.job, args);
+    return train_in_process(loaded.job, o);
 }
 
 }  // namespace

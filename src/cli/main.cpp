@@ -10,6 +10,7 @@
 #include "loom/core/error.h"
 #include "loom/core/exit_codes.h"
 #include "loom/device/faults.h"
+#include "loom/device/oom_classify.h"
 #include "usage.h"
 
 namespace {
@@ -64,6 +65,12 @@ int main(int argc, char** argv) {
     } catch (const loom::UsageError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return loom::to_int(loom::ExitCode::kUsageOrConfig);
+    } catch (const loom::DoesNotFitError& e) {
+        std::cerr << "error: does not fit: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kDoesNotFit);
+    } catch (const loom::WorkerStateError& e) {
+        std::cerr << "error: worker state: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kWorkerState);
     } catch (const loom::IoError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return loom::to_int(loom::ExitCode::kInputError);
@@ -72,6 +79,12 @@ int main(int argc, char** argv) {
         return loom::to_int(loom::ExitCode::kInputError);
     } catch (const std::exception& e) {
         std::cerr << "error: " << e.what() << "\n";
+        if (loom::is_fatal_device_error(e.what())) {
+            // The CUDA context (or process group) is poisoned: only a new process can go on.
+            std::cerr << "error: the device is unusable in this process; a new process resumes "
+                         "from the last checkpoint (the supervisor restarts it by itself)\n";
+            return loom::to_int(loom::ExitCode::kRestartRequested);
+        }
         return loom::to_int(loom::ExitCode::kFailure);
     }
 }

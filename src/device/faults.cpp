@@ -1,5 +1,6 @@
 #include "loom/device/faults.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <sstream>
 
@@ -11,7 +12,7 @@ namespace {
 
 const char* const kGrammar =
     "rules are separated by ';': oom:phase=P[:step=N][:times=K], oom:alloc=N, dirty, "
-    "flaky:p=X:seed=S";
+    "flaky:p=X:seed=S, host_oom:phase=P[:step=N][:times=K], kill:phase=P[:step=N]";
 
 [[noreturn]] void bad_rule(const std::string& rule, const std::string& why) {
     throw UsageError("invalid fault rule '" + rule + "': " + why + " (" + kGrammar + ")");
@@ -90,7 +91,9 @@ FaultRule parse_rule(const std::string& rule) {
         if (!has_p) bad_rule(rule, "flaky needs p=X");
         return r;
     }
-    if (head != "oom") bad_rule(rule, "unknown fault '" + head + "'");
+    if (head != "oom" && head != "host_oom" && head != "kill") {
+        bad_rule(rule, "unknown fault '" + head + "'");
+    }
     bool has_phase = false;
     bool has_alloc = false;
     for (const auto& [k, v] : params) {
@@ -103,12 +106,18 @@ FaultRule parse_rule(const std::string& rule) {
             r.step = parse_int(rule, "step", v, 0);
         } else if (k == "times") {
             r.times = static_cast<int>(parse_int(rule, "times", v, 1));
-        } else if (k == "alloc") {
+        } else if (k == "alloc" && head == "oom") {
             r.allocation = static_cast<std::uint64_t>(parse_int(rule, "alloc", v, 1));
             has_alloc = true;
         } else {
-            bad_rule(rule, "oom has no parameter '" + k + "'");
+            bad_rule(rule, head + " has no parameter '" + k + "'");
         }
+    }
+    if (head != "oom") {
+        if (!has_phase) bad_rule(rule, head + " needs phase=P");
+        if (head == "kill" && r.times != 1) bad_rule(rule, "kill has no times (it dies once)");
+        r.kind = head == "kill" ? FaultRule::Kind::kKillInPhase : FaultRule::Kind::kHostOomInPhase;
+        return r;
     }
     if (has_phase == has_alloc) bad_rule(rule, "oom needs exactly one of phase=P or alloc=N");
     if (has_alloc && (r.step || r.times != 1)) bad_rule(rule, "step and times go with phase=P");
@@ -181,6 +190,8 @@ std::optional<std::string> FaultInjector::on_device_allocation(std::uint64_t /*b
                     fire = r.text;
                 }
                 break;
+            case FaultRule::Kind::kHostOomInPhase:
+            case FaultRule::Kind::kKillInPhase: break;
             case FaultRule::Kind::kFlaky: {
                 // Draw for every allocation so the sequence depends only on the seed and the
                 // allocation count, not on which other rules fired.
@@ -191,6 +202,30 @@ std::optional<std::string> FaultInjector::on_device_allocation(std::uint64_t /*b
         }
     }
     return fire;
+}
+
+std::optional<std::string> FaultInjector::on_host_allocation(std::uint64_t /*bytes*/) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = 0; i < rules_.size(); ++i) {
+        const FaultRule& r = rules_[i];
+        if (r.kind == FaultRule::Kind::kHostOomInPhase && phase_ == r.phase &&
+            (!r.step || step_ == r.step) && fired_[i] < r.times) {
+            ++fired_[i];
+            return r.text;
+        }
+    }
+    return std::nullopt;
+}
+
+bool FaultInjector::kill_at_phase_start(Phase phase, std::optional<std::int64_t> step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const FaultRule& r : rules_) {
+        if (r.kind == FaultRule::Kind::kKillInPhase && phase == r.phase &&
+            (!r.step || step == r.step)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool FaultInjector::dirty() const {
@@ -224,6 +259,7 @@ void configure_faults(const std::optional<std::string>& flag) {
 
 PhaseScope::PhaseScope(Phase phase, std::optional<std::int64_t> step)
     : previous_(fault_injector().phase()), previous_step_(fault_injector().step()) {
+    if (fault_injector().kill_at_phase_start(phase, step)) std::raise(SIGKILL);
     fault_injector().set_phase(phase, step);
 }
 

@@ -54,6 +54,10 @@ const char* to_string(OomKind kind) {
     return "not_oom";
 }
 
+bool is_fatal_device_error(std::string_view message) {
+    return any_of(message, kFatal);
+}
+
 OomKind classify_message(std::string_view message) {
     if (any_of(message, kFatal)) return OomKind::kNotOom;
     if (any_of(message, kLibrary)) return OomKind::kLibrary;

@@ -120,6 +120,16 @@ c10::DataPtr SimAllocator::allocate(size_t n) {
         }
         raise_peak(peak_, current + n);
         record(Event::Kind::kAlloc, n, current + n);
+    } else if (n > 0 && enabled_.load()) {
+        if (auto rule = fault_injector().on_host_allocation(n)) {
+            // The words c10's DefaultCPUAllocator uses when malloc fails: host RAM, not VRAM.
+            throw c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__},
+                             "DefaultCPUAllocator: can't allocate memory: you tried to allocate " +
+                                 std::to_string(n) +
+                                 " bytes. Error code 12 (Cannot allocate "
+                                 "memory) (injected: " +
+                                 *rule + ")");
+        }
     }
     void* base = nullptr;
     try {

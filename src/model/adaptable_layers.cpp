@@ -28,8 +28,16 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
     reset(weight, bias, in_features);
 }
 
+namespace {
+
+at::Tensor fetched(const std::shared_ptr<WeightSource>& source, const at::Tensor& t) {
+    return source && t.defined() ? source->fetch(t) : t;
+}
+
+}  // namespace
+
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-    at::Tensor y = at::linear(x, weight, bias);
+    at::Tensor y = at::linear(x, fetched(source_, weight), fetched(source_, bias));
     if (adapter_) y = y + adapter_->forward(x);
     return y;
 }
@@ -44,7 +52,8 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
 }
 
 at::Tensor Conv2dImpl::forward(const at::Tensor& x) {
-    at::Tensor y = at::conv2d(x, weight, bias, {stride_, stride_}, {padding_, padding_});
+    at::Tensor y = at::conv2d(x, fetched(source_, weight), fetched(source_, bias),
+                              {stride_, stride_}, {padding_, padding_});
     if (adapter_) y = y + adapter_->forward(x);
     return y;
 }

@@ -59,6 +59,7 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& s) {
                                  {"ema", s.ema.size()},
                                  {"data_cursor", nlohmann::json::parse(s.data_cursor)}};
     write_file_atomic(dir / "trainer.json", meta.dump(2) + "\n");
+    if (!s.plan_yaml.empty()) write_file_atomic(dir / "plan.yaml", s.plan_yaml);
     write_file_atomic(dir / RunFolder::kCompleteMarker, "ok\n");  // last: the save is whole
 }
 
@@ -89,6 +90,12 @@ CheckpointState load_checkpoint(const fs::path& dir) {
         auto rng = all.find("rng_cpu");
         if (rng == all.end()) throw FormatError(file.string(), "has no RNG state");
         s.rng_cpu = rng->second;
+        std::ifstream plan(dir / "plan.yaml");
+        if (plan) {
+            std::ostringstream text;
+            text << plan.rdbuf();
+            s.plan_yaml = text.str();
+        }
     } catch (const nlohmann::json::exception& e) {
         throw FormatError(meta_path.string(), std::string("is missing a field: ") + e.what());
     }

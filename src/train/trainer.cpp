@@ -20,9 +20,13 @@
 #include "loom/data/dataset.h"
 #include "loom/data/image.h"
 #include "loom/data/image_tensor.h"
+#include "loom/data/micro_batch.h"
 #include "loom/data/tensor_cache.h"
 #include "loom/device/device.h"
 #include "loom/device/sim_allocator.h"
+#include "loom/guard/event_log.h"
+#include "loom/guard/guard.h"
+#include "loom/guard/plan.h"
 #include "loom/io/atomic_file.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
@@ -30,6 +34,7 @@
 #include "loom/train/adamw.h"
 #include "loom/train/checkpoint_state.h"
 #include "loom/train/ema.h"
+#include "loom/train/low_vram.h"
 #include "loom/train/lr_schedule.h"
 #include "loom/train/preview_sampler.h"
 #include "loom/train/run_folder.h"
@@ -55,13 +60,6 @@ at::ScalarType save_dtype(const std::string& d) {
     return at::kFloat;
 }
 
-// Moves every parameter and buffer of `module` to `device` (device-resident on sim).
-void place(torch::nn::Module& module, Device& device) {
-    torch::NoGradGuard no_grad;
-    for (auto& p : module.parameters()) p.set_data(device.to_device(p.data()));
-    for (auto& b : module.buffers()) b.set_data(device.to_device(b.data()));
-}
-
 std::string iso_now_ms() {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -84,7 +82,34 @@ struct TrainingItem {
     data::DatasetItem item;
 };
 
-class Trainer {
+// The work of one training step, drawn once: the batches the data order handed out for it and
+// the torch RNG state before it. A retry after an OOM trains on exactly these (DESIGN.md
+// "Retry semantics"), however the plan now cuts them into micro-batches.
+struct StepWork {
+    std::int64_t index = 0;  // 0-based; the step's number is index + 1
+    std::vector<data::Batch> batches;
+    at::Tensor rng_state;
+};
+
+// Swaps the EMA weights in for its lifetime (saving and sampling use them), back out after —
+// also when an OOM unwinds through it.
+class EmaSwap {
+  public:
+    EmaSwap(Ema* ema, std::vector<at::Tensor> params) : ema_(ema), params_(std::move(params)) {
+        if (ema_) ema_->swap(params_);
+    }
+    ~EmaSwap() {
+        if (ema_) ema_->swap(params_);
+    }
+    EmaSwap(const EmaSwap&) = delete;
+    EmaSwap& operator=(const EmaSwap&) = delete;
+
+  private:
+    Ema* ema_;
+    std::vector<at::Tensor> params_;
+};
+
+class Trainer final : public guard::GuardedTarget {
   public:
     Trainer(const config::Job& job, std::size_t index, const TrainOverrides& overrides)
         : job_(job),
@@ -94,35 +119,69 @@ class Trainer {
 
     TrainSummary run();
 
+    // guard::GuardedTarget
+    void release_after_oom() override;
+    void apply_plan(const guard::Plan& from, const guard::Plan& to) override;
+    guard::BucketFacts bucket_facts() const override;
+
   private:
+    void set_aside_old_state();
+    guard::Plan initial_plan() const;
+    guard::PolicyContext policy_context() const;
     void open_device();
     void load_model();
     void prepare_data();
+    void cache_latents();
+    void build_caches(const guard::Plan& p);
+    std::unique_ptr<data::TextEmbeddingCache> make_text_cache(const guard::Plan& p) const;
     void attach_lora();
     void maybe_resume();
-    double train_step(std::int64_t step);
+    void probe();
+    std::string probe_training(const guard::Plan& p);
+    void probe_sampling(const guard::Plan& p);
+    void probe_candidate(const guard::Plan& candidate);
+    StepWork draw_step(std::int64_t index);
+    double train_step(const StepWork& work);
+    double forward_backward(const data::MicroBatch& micro, const std::vector<data::Batch>& batches,
+                            std::int64_t step_index, std::size_t step_items);
     at::Tensor latent_for(const TrainingItem& item, data::BucketSize bucket);
     at::Tensor context_for(const std::string& caption);
     void save(std::int64_t step, bool final);
+    std::vector<PreviewRequest> preview_requests() const;
+    std::vector<at::Tensor> render_previews(std::vector<PreviewRequest> requests,
+                                            const guard::SamplePlan& sample_plan);
     void sample(std::int64_t step);
-    void write_metrics(std::int64_t step, double loss, double lr, double seconds);
+    void write_metrics(std::int64_t step, double loss, double lr, double seconds,
+                       const std::vector<std::string>& buckets);
+    void log_buckets() const;
     SafetensorsMetadata lora_metadata(std::int64_t step) const;
     std::uint64_t seed() const {
         return static_cast<std::uint64_t>(process_.training_seed.value_or(0));
     }
+    const guard::Plan& plan() const { return guard_->plan(); }
 
     const config::Job& job_;
     const config::ProcessConfig& process_;
     TrainOverrides overrides_;
     RunFolder run_;
     std::unique_ptr<Device> device_;
+    std::unique_ptr<guard::EventLog> events_;
+    std::unique_ptr<guard::Guard> guard_;
     StableDiffusion model_;
     std::vector<data::ScannedDataset> datasets_;
     std::vector<data::CaptionOptions> caption_options_;
+    std::vector<data::DatasetItem> dataset_items_;  // what buckets are assigned from
+    std::vector<data::ImageSize> image_sizes_;
+    int divisibility_ = 8;
     std::vector<TrainingItem> items_;
     std::unique_ptr<data::DataOrder> order_;
     std::unique_ptr<data::LatentCache> latent_cache_;
     std::unique_ptr<data::TextEmbeddingCache> text_cache_;
+    bool cache_latents_ = false;
+    bool cache_disk_latents_ = false;
+    bool cache_text_ = false;
+    std::string cache_identity_;
+    std::unique_ptr<LowVramMode> low_vram_;
     std::unique_ptr<LoRANetwork> network_;
     std::unique_ptr<AdamW> optimizer_;
     std::unique_ptr<Ema> ema_;
@@ -131,6 +190,102 @@ class Trainer {
     std::int64_t step_ = 0;
     bool resumed_ = false;
 };
+
+// --fresh starts over: the old run's checkpoints would otherwise be resumed by the next rerun
+// (or by the supervisor's restart, which never passes --fresh). They are moved aside, not
+// deleted: nothing already saved is lost.
+void Trainer::set_aside_old_state() {
+    if (!fs::exists(run_.state_dir()) || run_.complete_checkpoints().empty()) return;
+    const fs::path aside = run_.root() / ("state.before-fresh-" + iso_now_ms());
+    fs::rename(run_.state_dir(), aside);
+    log().info("--fresh: the previous checkpoints moved to {}", aside.string());
+}
+
+guard::Plan Trainer::initial_plan() const {
+    const guard::Plan job_plan = guard::plan_from_job(process_);
+    if (overrides_.fresh || !fs::exists(run_.plan_yaml())) return job_plan;
+    guard::Plan p = guard::load_plan(run_.plan_yaml());
+    // A persisted plan only ever makes the job lighter; what the job asks for now still counts
+    // where it is the lighter choice, and the batch semantics are the job's.
+    if (p.effective_batch() != job_plan.effective_batch()) {
+        log().warn(
+            "{} was written for an effective batch of {}, the job now asks for {}; "
+            "using the job's batch {} x {}",
+            run_.plan_yaml().string(), p.effective_batch(), job_plan.effective_batch(),
+            job_plan.batch_size, job_plan.gradient_accumulation);
+        p.batch_size = job_plan.batch_size;
+        p.gradient_accumulation = job_plan.gradient_accumulation;
+    }
+    p.gradient_checkpointing = p.gradient_checkpointing || job_plan.gradient_checkpointing;
+    p.sample.enabled = p.sample.enabled && job_plan.sample.enabled;
+    log().info("starting from the persisted plan {}: {}", run_.plan_yaml().string(),
+               guard::describe(p));
+    for (const guard::KnobChange& c : guard::diff(job_plan, p)) {
+        log().info("  {}: the job says {}, the plan says {}", c.knob, c.from, c.to);
+    }
+    return p;
+}
+
+guard::PolicyContext Trainer::policy_context() const {
+    guard::PolicyContext c;
+    c.video = false;  // SD 1.x / SDXL: image models
+    c.low_vram_levels = LowVramMode::kLevels;
+    c.host_threads = at::get_num_threads();
+    const std::vector<PreviewRequest> requests = preview_requests();
+    c.prompt_count = requests.size();
+    c.guidance = std::any_of(requests.begin(), requests.end(),
+                             [](const PreviewRequest& r) { return r.guidance_scale > 1.0; });
+    return c;
+}
+
+void Trainer::release_after_oom() {
+    if (optimizer_) optimizer_->zero_grad();  // undefined, not zero-filled: nothing held
+}
+
+void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
+    if (from.gradient_checkpointing != to.gradient_checkpointing && model_.unet) {
+        model_.unet->set_gradient_checkpointing(to.gradient_checkpointing);
+    }
+    if (from.max_bucket_pixels != to.max_bucket_pixels && order_) {
+        order_->replace_plan(data::assign_buckets(dataset_items_, image_sizes_, divisibility_,
+                                                  to.max_bucket_pixels));
+        log_buckets();
+    }
+    if (from.host.memory_caches != to.host.memory_caches && latent_cache_) {
+        latent_cache_->clear_memory();
+        text_cache_->clear_memory();
+        build_caches(to);
+        log().warn("latents and text embeddings are now cached on disk instead of RAM");
+    }
+    if (from.low_vram != to.low_vram && low_vram_) low_vram_->raise_to(to.low_vram);
+    if (from.low_vram == 0 && to.low_vram > 0 && text_cache_) text_cache_ = make_text_cache(to);
+    if (from.host.threads != to.host.threads && to.host.threads > 0) {
+        at::set_num_threads(to.host.threads);
+    }
+    if (from.sample.enabled && !to.sample.enabled) {
+        log().warn(
+            "preview sampling is OFF for the rest of this run: even the smallest preview "
+            "did not fit next to training (re-enable it with a smaller sample size once "
+            "the run is stable)");
+    }
+}
+
+guard::BucketFacts Trainer::bucket_facts() const {
+    guard::BucketFacts f;
+    if (!order_) return f;
+    const data::BucketPlan& plan = order_->plan();
+    f.active = 0;
+    f.smallest_side = std::numeric_limits<int>::max();
+    for (const data::Bucket& b : plan.buckets) {
+        if (b.items.empty()) continue;
+        ++f.active;
+        f.smallest_side = std::min({f.smallest_side, b.size.width, b.size.height});
+    }
+    if (f.active == 0) f.smallest_side = 256;
+    if (const data::Bucket* largest = plan.largest()) f.largest_area = largest->size.area();
+    f.next_cap = data::next_smaller_cap(plan);
+    return f;
+}
 
 void Trainer::open_device() {
     const DeviceSpec spec = parse_device_spec(overrides_.device.value_or(process_.device));
@@ -149,6 +304,8 @@ void Trainer::load_model() {
     }
     LoadOptions options;
     options.dtype = is_bf16(process_.train.dtype) ? at::kBFloat16 : at::kFloat;
+    low_vram_.reset();
+    model_ = StableDiffusion{};  // a retried load first lets go of the failed attempt's weights
     model_ = load_stable_diffusion(process_.model.name_or_path, options);
     if (model_.arch != arch && !(arch == "sd1" && model_.arch == "sd2")) {
         log().warn("the job says arch '{}' but {} is '{}'; using '{}'", arch,
@@ -161,17 +318,16 @@ void Trainer::load_model() {
              model_.text_encoder_2 ? model_.text_encoder_2.get() : nullptr}) {
         if (m == nullptr) continue;
         for (auto& p : m->parameters()) p.requires_grad_(false);  // frozen base
-        place(*m, *device_);
     }
-    model_.unet->set_gradient_checkpointing(process_.train.gradient_checkpointing);
+    low_vram_ = std::make_unique<LowVramMode>(model_, *device_);
+    low_vram_->place_model(plan().low_vram);
+    model_.unet->set_gradient_checkpointing(plan().gradient_checkpointing);
     log().info("model: {} ({}), device memory after load: {}", process_.model.name_or_path,
                model_.arch, device_->stats().to_string());
 }
 
 void Trainer::prepare_data() {
-    const int divisibility = static_cast<int>(find_arch_spec(model_.arch)->bucket_divisibility);
-    std::vector<data::DatasetItem> all_items;
-    std::vector<data::ImageSize> sizes;
+    divisibility_ = static_cast<int>(find_arch_spec(model_.arch)->bucket_divisibility);
     std::size_t first_image = 0;
     for (std::size_t d = 0; d < process_.datasets.size(); ++d) {
         const config::DatasetConfig& dc = process_.datasets[d];
@@ -180,8 +336,8 @@ void Trainer::prepare_data() {
         const data::ScannedDataset& scanned = datasets_.back();
         auto items = data::expand_items(scanned.images.size(), dc.resolution, dc.num_repeats,
                                         dc.flip_x, dc.flip_y, d, first_image);
-        all_items.insert(all_items.end(), items.begin(), items.end());
-        for (const data::ImageSize& s : scanned.sizes()) sizes.push_back(s);
+        dataset_items_.insert(dataset_items_.end(), items.begin(), items.end());
+        for (const data::ImageSize& s : scanned.sizes()) image_sizes_.push_back(s);
         first_image += scanned.images.size();
     }
     // Flat image table indexed like DatasetItem::image.
@@ -189,15 +345,13 @@ void Trainer::prepare_data() {
     for (const auto& ds : datasets_) {
         for (const auto& img : ds.images) images.push_back(&img);
     }
-    for (const data::DatasetItem& it : all_items) {
+    for (const data::DatasetItem& it : dataset_items_) {
         items_.push_back({it.dataset, images.at(it.image), it});
     }
-    data::BucketPlan plan = data::assign_buckets(all_items, sizes, divisibility);
-    for (const data::Bucket& b : plan.buckets) {
-        log().info("bucket {}: {} items", b.size.key(), b.items.size());
-    }
     // One batch size for the whole data order: a per-dataset override applies when the datasets
-    // agree on it (ai-toolkit batches inside each dataset; loom's buckets span them).
+    // agree on it (ai-toolkit batches inside each dataset; loom's buckets span them). The data
+    // order follows the job's batch, never the plan's micro-batch, so a plan change does not
+    // change which items a step trains on.
     const int batch = process_.datasets.front().batch_size.value_or(process_.train.batch_size);
     for (const auto& dc : process_.datasets) {
         if (dc.batch_size.value_or(process_.train.batch_size) != batch) {
@@ -206,7 +360,10 @@ void Trainer::prepare_data() {
             break;
         }
     }
-    order_ = std::make_unique<data::DataOrder>(std::move(plan), batch, seed());
+    order_ = std::make_unique<data::DataOrder>(
+        data::assign_buckets(dataset_items_, image_sizes_, divisibility_, plan().max_bucket_pixels),
+        batch, seed());
+    log_buckets();
     const std::string identity = process_.model.name_or_path + "|" + model_.arch;
     bool memory_latents = false;
     bool disk_latents = false;
@@ -216,8 +373,44 @@ void Trainer::prepare_data() {
         disk_latents = disk_latents || dc.cache_latents_to_disk;
         cache_text = cache_text || dc.cache_text_embeddings;
     }
-    latent_cache_ = std::make_unique<data::LatentCache>(identity, memory_latents, disk_latents);
-    text_cache_ = std::make_unique<data::TextEmbeddingCache>(identity, cache_text, std::nullopt);
+    cache_latents_ = memory_latents;
+    cache_identity_ = identity;
+    cache_disk_latents_ = disk_latents;
+    cache_text_ = cache_text;
+    build_caches(plan());
+}
+
+// The latent and text-embedding caches as the job and the plan ask: in RAM, or — once host RAM
+// ran out (host.memory_caches: false) — on disk only, next to the images and in the run folder.
+// With low_vram the text encoder lives on the host, so text embeddings are always cached.
+void Trainer::build_caches(const guard::Plan& p) {
+    const bool in_ram = p.host.memory_caches;
+    latent_cache_ = std::make_unique<data::LatentCache>(cache_identity_, cache_latents_ && in_ram,
+                                                        cache_disk_latents_ || !in_ram);
+    text_cache_ = make_text_cache(p);
+}
+
+std::unique_ptr<data::TextEmbeddingCache> Trainer::make_text_cache(const guard::Plan& p) const {
+    const bool in_ram = p.host.memory_caches;
+    return std::make_unique<data::TextEmbeddingCache>(
+        cache_identity_, (cache_text_ || p.low_vram >= 1) && in_ram,
+        in_ram ? std::nullopt : std::optional<fs::path>(run_.root() / "cache"));
+}
+
+void Trainer::log_buckets() const {
+    for (const data::Bucket& b : order_->plan().buckets) {
+        log().info("bucket {}: {} items", b.size.key(), b.items.size());
+    }
+}
+
+// The cache phase: every item's latent at its bucket, encoded once before training (when the job
+// caches latents). After an OOM the retry skips what is already cached.
+void Trainer::cache_latents() {
+    if (!cache_latents_) return;
+    LowVramMode::EncodersOnDevice encoders(*low_vram_);  // once for the whole pass
+    const data::BucketPlan& plan = order_->plan();
+    for (std::size_t i = 0; i < items_.size(); ++i) latent_for(items_[i], plan.item_bucket.at(i));
+    log().info("cached {} latents", items_.size());
 }
 
 void Trainer::attach_lora() {
@@ -289,6 +482,7 @@ void Trainer::maybe_resume() {
 at::Tensor Trainer::latent_for(const TrainingItem& it, data::BucketSize bucket) {
     const auto encode = [&](const at::Tensor& image) {
         torch::NoGradGuard no_grad;
+        LowVramMode::EncodersOnDevice encoders(*low_vram_);
         const at::Tensor x = device_->to_device(image.unsqueeze(0))
                                  .to(model_.vae->parameters().front().scalar_type());
         const LatentDistribution d = model_.vae->encode(x);
@@ -310,6 +504,7 @@ at::Tensor Trainer::latent_for(const TrainingItem& it, data::BucketSize bucket) 
 at::Tensor Trainer::context_for(const std::string& caption) {
     const auto encode = [&](const std::string& text) {
         torch::NoGradGuard no_grad;
+        LowVramMode::EncodersOnDevice encoders(*low_vram_);
         const TextConditioning c = model_.encode_prompts({text});
         HostScope host;
         at::Tensor ctx = c.context.to(at::kFloat).cpu().clone();
@@ -323,89 +518,184 @@ at::Tensor Trainer::context_for(const std::string& caption) {
     return text_cache_->get(caption, encode);
 }
 
-double Trainer::train_step(std::int64_t step) {
-    const int accumulation = process_.train.gradient_accumulation;
-    const std::uint64_t s = seed();
-    std::vector<data::Batch> batches;
-    for (int a = 0; a < accumulation; ++a) batches.push_back(order_->next_batch());
-    std::size_t total = 0;
-    for (const auto& b : batches) total += b.items.size();
+StepWork Trainer::draw_step(std::int64_t index) {
+    StepWork w;
+    w.index = index;
+    for (int a = 0; a < process_.train.gradient_accumulation; ++a) {
+        w.batches.push_back(order_->next_batch());
+    }
+    w.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+    return w;
+}
 
+// One optimizer step over the step's items, cut into micro-batches of the plan's batch size.
+// The update runs only after every micro-batch succeeded, so an OOM never leaves a half-applied
+// step; a retry starts again from the same items and the same RNG state.
+double Trainer::train_step(const StepWork& work) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(work.rng_state);
+    const std::vector<data::MicroBatch> micro =
+        data::split_micro_batches(work.batches, order_->plan(), plan().batch_size);
+    std::size_t total = 0;
+    for (const auto& m : micro) total += m.slots.size();
     optimizer_->zero_grad();
-    double loss_sum = 0.0;
-    std::size_t slot_base = 0;
+    double loss = 0.0;
+    for (const data::MicroBatch& m : micro) {
+        guard_->note_bucket(m.bucket.width, m.bucket.height);
+        loss += forward_backward(m, work.batches, work.index, total);
+    }
+    if (process_.train.max_grad_norm > 0) optimizer_->clip_grad_norm(process_.train.max_grad_norm);
+    optimizer_->step(schedule_.lr_at(work.index));
+    optimizer_->zero_grad();
+    if (ema_) ema_->update(network_->parameters());
+    return loss;
+}
+
+// Forward and backward of one micro-batch; its loss is weighted by its share of the step's
+// items, so the accumulated gradient is the step's mean whatever the split. Every random draw
+// is a function of (seed, step, slot): a slot gets the same noise in any micro-batch.
+double Trainer::forward_backward(const data::MicroBatch& micro,
+                                 const std::vector<data::Batch>& batches, std::int64_t step_index,
+                                 std::size_t step_items) {
+    const std::uint64_t s = seed();
+    const auto step_seed = static_cast<std::uint64_t>(step_index);
     const bool sdxl = static_cast<bool>(model_.text_encoder_2);
     const int64_t context_tokens = 77;
     const int64_t context_width = model_.unet->config().cross_attention_dim.front();
-    for (const data::Batch& batch : batches) {
-        std::vector<at::Tensor> latents;
-        std::vector<at::Tensor> contexts;
-        std::vector<at::Tensor> pooled;
-        for (std::size_t k = 0; k < batch.items.size(); ++k) {
-            const TrainingItem& it = items_.at(batch.items[k]);
-            latents.push_back(latent_for(it, batch.bucket));
-            data::Rng rng = batch.slot_rng(s, k);
-            const std::string caption =
-                data::process_caption(it.image->caption, caption_options_.at(it.dataset), rng);
-            at::Tensor ctx = context_for(caption);
-            if (sdxl) {
-                const int64_t n = context_tokens * context_width;
-                pooled.push_back(ctx.slice(0, n));
-                ctx = ctx.slice(0, 0, n).view({context_tokens, context_width});
-            }
-            contexts.push_back(ctx);
-        }
-        const at::Tensor x0 = device_->to_device(at::stack(latents));
-        const at::Tensor context = device_->to_device(at::stack(contexts))
-                                       .to(model_.unet->parameters().front().scalar_type());
-        // Noise and timestep per slot, from (seed, step, slot) only.
-        std::vector<at::Tensor> noise;
-        std::vector<int64_t> timesteps;
-        for (std::size_t k = 0; k < batch.items.size(); ++k) {
-            at::Generator gen = at::detail::createCPUGenerator(
-                data::mix_seed(s, static_cast<std::uint64_t>(step), slot_base + k));
-            noise.push_back(at::randn(x0.sizes().slice(1), gen, at::kFloat));
-            const int64_t lo = process_.train.min_denoising_steps;
-            const int64_t hi = process_.train.max_denoising_steps;
-            const double u = at::rand({1}, gen, at::kDouble).item<double>();
-            double shaped = u;
-            if (process_.train.content_or_style == "content") shaped = u * u * u;
-            if (process_.train.content_or_style == "style") shaped = 1.0 - u * u * u;
-            timesteps.push_back(std::min(hi, lo + static_cast<int64_t>(shaped * (hi - lo + 1))));
-        }
-        at::Tensor eps = device_->to_device(at::stack(noise));
-        if (process_.train.noise_offset > 0) {
-            at::Generator gen = at::detail::createCPUGenerator(
-                data::mix_seed(s, static_cast<std::uint64_t>(step), 1000003 + slot_base));
-            eps = eps + process_.train.noise_offset *
-                            device_->to_device(
-                                at::randn({x0.size(0), x0.size(1), 1, 1}, gen, at::kFloat));
-        }
-        const at::Tensor t = device_->to_device(at::tensor(timesteps, at::kLong));
-        const at::Tensor noisy = noise_schedule_.add_noise(x0, eps, t);
-        const at::Tensor target = noise_schedule_.target(x0, eps, t);
-        at::Tensor text_embeds;
-        at::Tensor time_ids;
+    std::vector<at::Tensor> latents;
+    std::vector<at::Tensor> contexts;
+    std::vector<at::Tensor> pooled;
+    for (const data::StepSlot& slot : micro.slots) {
+        const TrainingItem& it = items_.at(slot.item);
+        latents.push_back(latent_for(it, micro.bucket));
+        data::Rng rng = batches.at(slot.batch).slot_rng(s, slot.k);
+        const std::string caption =
+            data::process_caption(it.image->caption, caption_options_.at(it.dataset), rng);
+        at::Tensor ctx = context_for(caption);
         if (sdxl) {
-            text_embeds = device_->to_device(at::stack(pooled)).to(context.scalar_type());
-            time_ids = device_->to_device(
-                StableDiffusion::time_ids(batch.bucket.height, batch.bucket.width, x0.size(0)));
+            const int64_t n = context_tokens * context_width;
+            pooled.push_back(ctx.slice(0, n));
+            ctx = ctx.slice(0, 0, n).view({context_tokens, context_width});
         }
-        const at::Tensor pred = model_.unet->forward(noisy.to(context.scalar_type()), t, context,
-                                                     text_embeds, time_ids);
-        at::Tensor loss = process_.train.loss_type == "mae"
-                              ? (pred.to(at::kFloat) - target).abs().mean()
-                              : (pred.to(at::kFloat) - target).pow(2).mean();
-        const double weight = static_cast<double>(batch.items.size()) / static_cast<double>(total);
-        (loss * weight).backward();
-        loss_sum += loss.item<double>() * weight;
-        slot_base += batch.items.size();
+        contexts.push_back(ctx);
     }
-    if (process_.train.max_grad_norm > 0) optimizer_->clip_grad_norm(process_.train.max_grad_norm);
-    optimizer_->step(schedule_.lr_at(step));
+    const at::Tensor x0 = device_->to_device(at::stack(latents));
+    const at::Tensor context =
+        device_->to_device(at::stack(contexts)).to(model_.unet->parameters().front().scalar_type());
+    std::vector<at::Tensor> noise;
+    std::vector<at::Tensor> offsets;
+    std::vector<int64_t> timesteps;
+    for (const data::StepSlot& slot : micro.slots) {
+        at::Generator gen = at::detail::createCPUGenerator(data::mix_seed(s, step_seed, slot.slot));
+        noise.push_back(at::randn(x0.sizes().slice(1), gen, at::kFloat));
+        const int64_t lo = process_.train.min_denoising_steps;
+        const int64_t hi = process_.train.max_denoising_steps;
+        const double u = at::rand({1}, gen, at::kDouble).item<double>();
+        double shaped = u;
+        if (process_.train.content_or_style == "content") shaped = u * u * u;
+        if (process_.train.content_or_style == "style") shaped = 1.0 - u * u * u;
+        timesteps.push_back(std::min(hi, lo + static_cast<int64_t>(shaped * (hi - lo + 1))));
+        if (process_.train.noise_offset > 0) {
+            at::Generator off =
+                at::detail::createCPUGenerator(data::mix_seed(s, step_seed, 1000003 + slot.slot));
+            offsets.push_back(at::randn({x0.size(1), 1, 1}, off, at::kFloat));
+        }
+    }
+    at::Tensor eps = device_->to_device(at::stack(noise));
+    if (!offsets.empty()) {
+        eps = eps + process_.train.noise_offset * device_->to_device(at::stack(offsets));
+    }
+    const at::Tensor t = device_->to_device(at::tensor(timesteps, at::kLong));
+    const at::Tensor noisy = noise_schedule_.add_noise(x0, eps, t);
+    const at::Tensor target = noise_schedule_.target(x0, eps, t);
+    at::Tensor text_embeds;
+    at::Tensor time_ids;
+    if (sdxl) {
+        text_embeds = device_->to_device(at::stack(pooled)).to(context.scalar_type());
+        time_ids = device_->to_device(
+            StableDiffusion::time_ids(micro.bucket.height, micro.bucket.width, x0.size(0)));
+    }
+    const at::Tensor pred =
+        model_.unet->forward(noisy.to(context.scalar_type()), t, context, text_embeds, time_ids);
+    const at::Tensor loss = process_.train.loss_type == "mae"
+                                ? (pred.to(at::kFloat) - target).abs().mean()
+                                : (pred.to(at::kFloat) - target).pow(2).mean();
+    const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
+    (loss * weight).backward();
+    return loss.item<double>() * weight;
+}
+
+// One forward+backward at the worst case under `p`: the largest active bucket, a full
+// micro-batch. No optimizer update; the gradients go back to undefined. Returns the bucket.
+std::string Trainer::probe_training(const guard::Plan& p) {
+    const data::Bucket* largest = order_->plan().largest();
+    data::Batch b;
+    b.bucket = largest->size;
+    for (int k = 0; k < p.batch_size; ++k) {
+        b.items.push_back(largest->items.at(std::size_t(k) % largest->items.size()));
+    }
+    const std::vector<data::MicroBatch> micro =
+        data::split_micro_batches({b}, order_->plan(), p.batch_size);
     optimizer_->zero_grad();
-    if (ema_) ema_->update(network_->parameters());
-    return loss_sum;
+    guard_->note_bucket(micro.front().bucket.width, micro.front().bucket.height);
+    forward_backward(micro.front(), {b}, /*step_index=*/0, micro.front().slots.size());
+    optimizer_->zero_grad();
+    return b.bucket.key();
+}
+
+// One sampling pass under `p`'s sampling knobs: every preview with a single denoising step,
+// which has the full sampling peak (the UNet pass and the VAE decode).
+void Trainer::probe_sampling(const guard::Plan& p) {
+    if (!p.sample.enabled) return;
+    std::vector<PreviewRequest> requests = preview_requests();
+    for (PreviewRequest& r : requests) r.steps = 1;
+    render_previews(std::move(requests), p.sample);
+}
+
+// The preflight probe: before step 1, the worst-case training step and one sampling pass at the
+// configured preview size, with the RNG restored. Its OOMs go through the ladder at no training
+// cost.
+void Trainer::probe() {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    const at::Tensor rng_state = cpu.get_state();
+    const int oom_before = guard_->oom_count();
+    std::string bucket;
+    guard_->run(
+        Phase::kProbe, std::nullopt, [&] { bucket = probe_training(plan()); }, guard::Work::kTrain);
+    cpu.set_state(rng_state);
+    const std::uint64_t train_peak = device_->stats().peak_allocated;
+    events_->record("probe", {{"part", "train"},
+                              {"result", "fits"},
+                              {"bucket", bucket},
+                              {"batch_size", plan().batch_size},
+                              {"peak", train_peak},
+                              {"ooms", guard_->oom_count() - oom_before},
+                              {"plan", guard::describe(plan())}});
+    log().info("probe: a training step at {} x {} fits (peak {})", bucket, plan().batch_size,
+               format_bytes_human(train_peak));
+    if (!plan().sample.enabled) return;
+    const int sample_ooms_before = guard_->oom_count();
+    guard_->run(
+        Phase::kProbe, std::nullopt, [&] { probe_sampling(plan()); }, guard::Work::kSample);
+    cpu.set_state(rng_state);
+    events_->record("probe", {{"part", "sample"},
+                              {"result", plan().sample.enabled ? "fits" : "disabled"},
+                              {"peak", device_->stats().peak_allocated},
+                              {"ooms", guard_->oom_count() - sample_ooms_before},
+                              {"plan", guard::describe(plan())}});
+}
+
+// Scale-up's check of a candidate plan: the same probe, unguarded (an OOM pins the change).
+void Trainer::probe_candidate(const guard::Plan& candidate) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    const at::Tensor rng_state = cpu.get_state();
+    struct RestoreRng {
+        at::Generator& gen;
+        const at::Tensor& state;
+        ~RestoreRng() { gen.set_state(state); }
+    } restore{cpu, rng_state};
+    probe_training(candidate);
+    probe_sampling(candidate);
 }
 
 SafetensorsMetadata Trainer::lora_metadata(std::int64_t step) const {
@@ -424,8 +714,7 @@ SafetensorsMetadata Trainer::lora_metadata(std::int64_t step) const {
     m.emplace_back("ss_max_train_steps", std::to_string(process_.train.steps));
     m.emplace_back("ss_steps", std::to_string(step));
     m.emplace_back("ss_seed", std::to_string(seed()));
-    m.emplace_back("ss_gradient_checkpointing",
-                   process_.train.gradient_checkpointing ? "True" : "False");
+    m.emplace_back("ss_gradient_checkpointing", plan().gradient_checkpointing ? "True" : "False");
     m.emplace_back("ss_gradient_accumulation_steps",
                    std::to_string(process_.train.gradient_accumulation));
     m.emplace_back("ss_optimizer", "AdamW");
@@ -437,11 +726,12 @@ SafetensorsMetadata Trainer::lora_metadata(std::int64_t step) const {
 
 void Trainer::save(std::int64_t step, bool final) {
     const auto params = network_->parameters();
-    if (ema_) ema_->swap(params);  // files hold the EMA weights, as ai-toolkit saves them
     const fs::path file = final ? run_.final_lora() : run_.step_lora(step);
-    save_lora(*network_, file, parse_lora_layout(process_.save.format),
-              save_dtype(process_.save.dtype), lora_metadata(step));
-    if (ema_) ema_->swap(params);
+    {
+        EmaSwap ema(ema_.get(), params);  // files hold the EMA weights, as ai-toolkit saves them
+        save_lora(*network_, file, parse_lora_layout(process_.save.format),
+                  save_dtype(process_.save.dtype), lora_metadata(step));
+    }
     if (!final) {
         CheckpointState s;
         s.step = step;
@@ -454,13 +744,16 @@ void Trainer::save(std::int64_t step, bool final) {
         }
         s.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
         s.data_cursor = data::cursor_to_json(order_->cursor());
+        s.plan_yaml = guard::plan_to_yaml(plan());
         save_checkpoint(run_.checkpoint_dir(step), s);
         run_.prune(static_cast<std::size_t>(process_.save.max_step_saves_to_keep));
     }
+    events_->record("save", {{"step", step}, {"file", file.string()}, {"final", final}});
     log().info("saved {}", file.string());
 }
 
-void Trainer::sample(std::int64_t step) {
+// The job's previews as requests: legacy `prompts` then `samples[]` items, "[trigger]" filled in.
+std::vector<PreviewRequest> Trainer::preview_requests() const {
     const config::SampleConfig& sc = process_.sample;
     std::vector<PreviewRequest> requests;
     std::vector<std::string> prompts = sc.prompts;
@@ -492,25 +785,42 @@ void Trainer::sample(std::int64_t step) {
         }
         requests.push_back(r);
     }
-    if (requests.empty()) return;
-    network_->set_training(false);
-    network_->set_multiplier(sc.network_multiplier);
-    const auto params = network_->parameters();
-    if (ema_) ema_->swap(params);
-    PreviewOptions options;
-    options.sampler = sc.sampler;
-    std::vector<at::Tensor> images;
-    try {
-        images = generate_previews(model_, requests, options, device_->torch_device());
-    } catch (...) {
-        if (ema_) ema_->swap(params);
-        network_->set_multiplier(1.0);
-        network_->set_training(true);
-        throw;
+    return requests;
+}
+
+// Runs the previews under the plan's sampling knobs (size cap, batching) with the EMA weights
+// and the LoRA at the sampling multiplier; the trainer's state is restored even on an OOM.
+std::vector<at::Tensor> Trainer::render_previews(std::vector<PreviewRequest> requests,
+                                                 const guard::SamplePlan& sp) {
+    for (PreviewRequest& r : requests) {
+        r.width = std::min<int64_t>(r.width, sp.width);
+        r.height = std::min<int64_t>(r.height, sp.height);
     }
-    if (ema_) ema_->swap(params);
-    network_->set_multiplier(1.0);
-    network_->set_training(true);
+    PreviewOptions options;
+    options.sampler = process_.sample.sampler;
+    options.batch_prompts = sp.batch_prompts;
+    options.batch_guidance = sp.batch_guidance;
+    struct PreviewMode {
+        LoRANetwork& network;
+        PreviewMode(LoRANetwork& n, double multiplier) : network(n) {
+            network.set_training(false);
+            network.set_multiplier(multiplier);
+        }
+        ~PreviewMode() {
+            network.set_multiplier(1.0);
+            network.set_training(true);
+        }
+    } mode(*network_, process_.sample.network_multiplier);
+    EmaSwap ema(ema_.get(), network_->parameters());
+    LowVramMode::EncodersOnDevice encoders(*low_vram_);
+    return generate_previews(model_, requests, options, device_->torch_device());
+}
+
+void Trainer::sample(std::int64_t step) {
+    if (!plan().sample.enabled) return;
+    std::vector<PreviewRequest> requests = preview_requests();
+    if (requests.empty()) return;
+    const std::vector<at::Tensor> images = render_previews(std::move(requests), plan().sample);
     const std::string time = iso_now_ms();
     std::vector<data::Image> grid;
     for (std::size_t i = 0; i < images.size(); ++i) {
@@ -524,15 +834,21 @@ void Trainer::sample(std::int64_t step) {
     }
     data::write_png(run_.samples_dir() / (time + "__" + step_label(step) + "_grid.png"),
                     data::image_grid(grid, 0, 2));
+    guard_->sample_ran();
     log().info("wrote {} samples at step {}", images.size(), step);
 }
 
-void Trainer::write_metrics(std::int64_t step, double loss, double lr, double seconds) {
+void Trainer::write_metrics(std::int64_t step, double loss, double lr, double seconds,
+                            const std::vector<std::string>& buckets) {
     const MemoryStats m = device_->stats();
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const nlohmann::json line = {{"step", step},
+                                 {"time", now},
                                  {"loss", loss},
                                  {"lr", lr},
                                  {"step_seconds", seconds},
+                                 {"buckets", buckets},
                                  {"allocated", m.allocated},
                                  {"peak_allocated", m.peak_allocated}};
     std::ofstream out(run_.metrics_jsonl(), std::ios::app);
@@ -541,24 +857,48 @@ void Trainer::write_metrics(std::int64_t step, double loss, double lr, double se
 
 TrainSummary Trainer::run() {
     TrainSummary summary;
+    if (overrides_.fresh) set_aside_old_state();
     run_.create();
     add_log_file(run_.log_file());
     write_file_atomic(run_.config_yaml(), config::emit_job_yaml(job_));
     log().info("loom {} — run folder {}", kVersion, run_.root().string());
+    events_ = std::make_unique<guard::EventLog>(run_.events_jsonl());
     open_device();
-    load_model();
+    guard::GuardOptions options;
+    options.enabled = process_.oom.enabled;
+    options.context = policy_context();
+    options.plan_file = run_.plan_yaml();
+    options.stable_file = run_.stable_yaml();
+    options.stable_after = process_.oom.stable_after;
+    options.scale_up = process_.oom.scale_up;
+    guard_ = std::make_unique<guard::Guard>(*device_, initial_plan(), options, *events_);
+    guard_->set_target(this);
+    if (plan().host.threads > 0) at::set_num_threads(plan().host.threads);
+    guard::save_plan(run_.plan_yaml(), plan());
+    events_->record("start", {{"device", device_->description()},
+                              {"total", device_->stats().total},
+                              {"plan", guard::describe(plan())},
+                              {"fresh", overrides_.fresh}});
+    guard_->check_device_clean();
+    guard_->run(Phase::kLoad, std::nullopt, [&] {
+        network_.reset();
+        optimizer_.reset();
+        ema_.reset();
+        load_model();
+        attach_lora();
+    });
     prepare_data();
-    attach_lora();
     maybe_resume();
+    guard_->run(Phase::kCache, std::nullopt, [&] { cache_latents(); });
     summary.run_folder = run_.root();
     summary.resumed = resumed_;
     summary.start_step = step_;
 
     const config::TrainConfig& tc = process_.train;
     const config::SampleConfig& sc = process_.sample;
-    const bool sampling = !tc.disable_sampling;
-    if (sampling && ((step_ == 0 && !tc.skip_first_sample) || tc.force_first_sample)) {
-        sample(step_);
+    if (process_.oom.probe && step_ < tc.steps) probe();
+    if ((step_ == 0 && !tc.skip_first_sample) || tc.force_first_sample) {
+        guard_->run(Phase::kFirstSample, std::nullopt, [&] { sample(step_); });
     }
     const bool tty = overrides_.progress_line && ::isatty(STDERR_FILENO);
     const auto started = std::chrono::steady_clock::now();
@@ -566,13 +906,19 @@ TrainSummary Trainer::run() {
     while (step_ < tc.steps) {
         const auto t0 = std::chrono::steady_clock::now();
         const double lr = schedule_.lr_at(step_);
-        const double loss = train_step(step_);
+        const StepWork work = draw_step(step_);
+        double loss = 0.0;
+        guard_->run(Phase::kTrainStep, step_ + 1, [&] { loss = train_step(work); });
         ++step_;
         ++ran;
+        guard_->step_succeeded(step_);
+        guard_->maybe_scale_up(step_, [&](const guard::Plan& p) { probe_candidate(p); });
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         summary.losses.push_back(loss);
-        write_metrics(step_, loss, lr, seconds);
+        std::vector<std::string> buckets;
+        for (const data::Batch& b : work.batches) buckets.push_back(b.bucket.key());
+        write_metrics(step_, loss, lr, seconds, buckets);
         const double elapsed =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         const double rate = static_cast<double>(ran) / std::max(elapsed, 1e-9);
@@ -589,22 +935,53 @@ TrainSummary Trainer::run() {
         }
         if (overrides_.stop_after_steps && ran >= *overrides_.stop_after_steps) {
             summary.end_step = step_;
+            summary.ooms = guard_->oom_count();
+            summary.plan_changes = guard_->change_count();
+            summary.final_plan = guard::describe(plan());
             return summary;  // as if killed: no final save
         }
-        if (step_ < tc.steps && step_ % process_.save.save_every == 0) save(step_, false);
-        if (sampling && step_ < tc.steps && step_ >= sc.sample_start_step &&
-            step_ % sc.sample_every == 0) {
-            sample(step_);
+        const bool stop = overrides_.stop_requested != nullptr && overrides_.stop_requested->load();
+        if (step_ < tc.steps && (step_ % process_.save.save_every == 0 || stop)) {
+            guard_->run(Phase::kSave, step_, [&] { save(step_, false); });
+        }
+        if (stop && step_ < tc.steps) {
+            log().warn("stopped at step {} on request; checkpoint saved, rerun the job to resume",
+                       step_);
+            events_->record("interrupted", {{"step", step_}});
+            summary.end_step = step_;
+            summary.interrupted = true;
+            summary.ooms = guard_->oom_count();
+            summary.plan_changes = guard_->change_count();
+            summary.final_plan = guard::describe(plan());
+            close_log_files();
+            return summary;
+        }
+        if (step_ < tc.steps && step_ >= sc.sample_start_step && step_ % sc.sample_every == 0 &&
+            plan().sample.enabled) {
+            guard_->run(Phase::kSample, step_, [&] { sample(step_); });
         }
     }
-    save(step_, false);  // the last checkpoint: a rerun of a finished job resumes at the end
-    save(step_, true);
-    if (sampling) sample(step_);
+    // The last checkpoint: a rerun of a finished job resumes at the end.
+    guard_->run(Phase::kSave, step_, [&] { save(step_, false); });
+    guard_->run(Phase::kSave, step_, [&] { save(step_, true); });
+    guard_->run(Phase::kSample, step_, [&] { sample(step_); });
+    guard_->finish(step_);
     summary.end_step = step_;
     summary.final_lora = run_.final_lora();
-    log().info("done: {} (LoRA {}, samples {}, metrics {})", run_.root().string(),
+    summary.ooms = guard_->oom_count();
+    summary.plan_changes = guard_->change_count();
+    summary.final_plan = guard::describe(plan());
+    log().info("done: {} (LoRA {}, samples {}, events {}, plan {}{})", run_.root().string(),
                run_.final_lora().string(), run_.samples_dir().string(),
-               run_.metrics_jsonl().string());
+               run_.events_jsonl().string(), run_.plan_yaml().string(),
+               fs::exists(run_.stable_yaml()) ? ", stable plan " + run_.stable_yaml().string()
+                                              : std::string());
+    if (guard_->oom_count() > 0) {
+        log().info(
+            "{} out-of-memory errors recovered with {} plan changes, 0 steps lost; "
+            "final plan: {}",
+            guard_->oom_count(), guard_->change_count(), guard::describe(plan()));
+    }
     close_log_files();
     return summary;
 }
@@ -614,7 +991,12 @@ TrainSummary Trainer::run() {
 TrainSummary train_process(const config::Job& job, std::size_t index,
                            const TrainOverrides& overrides) {
     Trainer trainer(job, index, overrides);
-    return trainer.run();
+    try {
+        return trainer.run();
+    } catch (...) {
+        close_log_files();  // the run folder's loom.log has the error's lead-up; release it
+        throw;
+    }
 }
 
 }  // namespace loom

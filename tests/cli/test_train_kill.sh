@@ -33,7 +33,9 @@ job split >"$TMP/split.yaml"
 "$LOOM" train "$TMP/whole.yaml" >"$TMP/whole.log" 2>&1 || { echo "FAIL uninterrupted run"; tail "$TMP/whole.log"; exit 1; }
 
 kill_at=$(( 3 + RANDOM % 9 ))  # a step in 3..11
-"$LOOM" train "$TMP/split.yaml" >"$TMP/split1.log" 2>&1 &
+# --no-supervise: the SIGKILL must hit the trainer itself (under the supervisor it would hit the
+# parent, whose child then stops cleanly with a checkpoint instead of dying mid-step).
+"$LOOM" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
 pid=$!
 metrics="$TMP/runs/split/metrics.jsonl"
 for _ in $(seq 600); do

@@ -50,7 +50,7 @@ TEST(FaultGrammar, ParsesEveryRule) {
 TEST(FaultGrammar, MalformedRulesAreClearErrors) {
     const std::string grammar =
         " (rules are separated by ';': oom:phase=P[:step=N][:times=K], oom:alloc=N, dirty, "
-        "flaky:p=X:seed=S)";
+        "flaky:p=X:seed=S, host_oom:phase=P[:step=N][:times=K], kill:phase=P[:step=N])";
     EXPECT_EQ(parse_error("oom:phase=training"),
               "invalid fault rule 'oom:phase=training': unknown phase 'training' (phases: load, "
               "cache, probe, first_sample, sample, train_step, save)" +
@@ -75,6 +75,36 @@ TEST(FaultGrammar, MalformedRulesAreClearErrors) {
     EXPECT_EQ(parse_error("boom"), "invalid fault rule 'boom': unknown fault 'boom'" + grammar);
     EXPECT_EQ(parse_error("oom:phase"),
               "invalid fault rule 'oom:phase': 'phase' is not KEY=VALUE" + grammar);
+    EXPECT_EQ(parse_error("host_oom:alloc=3"),
+              "invalid fault rule 'host_oom:alloc=3': host_oom has no parameter 'alloc'" + grammar);
+    EXPECT_EQ(parse_error("kill:step=2"),
+              "invalid fault rule 'kill:step=2': kill needs phase=P" + grammar);
+    EXPECT_EQ(
+        parse_error("kill:phase=load:times=2"),
+        "invalid fault rule 'kill:phase=load:times=2': kill has no times (it dies once)" + grammar);
+}
+
+TEST(FaultFiring, HostRuleFiresOnHostAllocationsOnlyInItsPhase) {
+    FaultInjector injector;
+    injector.configure(parse_faults("host_oom:phase=train_step:step=2:times=2"));
+    EXPECT_FALSE(injector.on_host_allocation(64));  // no phase yet
+    injector.set_phase(Phase::kTrainStep, 1);
+    EXPECT_FALSE(injector.on_host_allocation(64));
+    injector.set_phase(Phase::kTrainStep, 2);
+    EXPECT_FALSE(injector.on_device_allocation(64));  // device allocations are not its business
+    EXPECT_TRUE(injector.on_host_allocation(64));
+    EXPECT_TRUE(injector.on_host_allocation(64));
+    EXPECT_FALSE(injector.on_host_allocation(64));  // times=2
+}
+
+TEST(FaultFiring, KillRuleMatchesThePhaseAndStepThatBegin) {
+    FaultInjector injector;
+    injector.configure(parse_faults("kill:phase=train_step:step=3"));
+    EXPECT_FALSE(injector.kill_at_phase_start(Phase::kLoad, std::nullopt));
+    EXPECT_FALSE(injector.kill_at_phase_start(Phase::kTrainStep, 2));
+    EXPECT_TRUE(injector.kill_at_phase_start(Phase::kTrainStep, 3));
+    injector.configure(parse_faults("kill:phase=load"));
+    EXPECT_TRUE(injector.kill_at_phase_start(Phase::kLoad, std::nullopt));
 }
 
 TEST(FaultFiring, AllocationRuleFiresOnExactlyThatAllocation) {

@@ -138,5 +138,17 @@ TEST(OomClassifyReal, HugeHostAllocationIsHostOom) {
     }
 }
 
+TEST(FatalDeviceErrors, PoisonedContextsAskForANewProcess) {
+    EXPECT_TRUE(
+        is_fatal_device_error("CUDA error: an illegal memory access was encountered\nCompile with "
+                              "`TORCH_USE_CUDA_DSA` to enable device-side assertions."));
+    EXPECT_TRUE(is_fatal_device_error("CUDA error: device-side assert triggered"));
+    EXPECT_TRUE(
+        is_fatal_device_error("NCCL error in: ProcessGroupNCCL.cpp:1251, unhandled cuda "
+                              "error, NCCL version 2.21.5"));
+    EXPECT_FALSE(is_fatal_device_error("CUDA out of memory. Tried to allocate 2.00 GiB"));
+    EXPECT_FALSE(is_fatal_device_error("mat1 and mat2 shapes cannot be multiplied (4x3 and 4x3)"));
+}
+
 }  // namespace
 }  // namespace loom

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "loom/data/image.h"
@@ -15,6 +16,7 @@
 #include "loom/model/clip_text_model.h"
 #include "loom/model/clip_tokenizer.h"
 #include "loom/model/diffusers_folder.h"
+#include "loom/model/tensor_file.h"
 #include "loom/model/unet_2d_condition.h"
 
 namespace loom::testing {
@@ -88,26 +90,43 @@ inline void make_tiny_sd(const fs::path& root) {
                                                               {"steps_offset", 1}});
 }
 
-// `count` images of coloured squares on plain backgrounds, with caption sidecars.
-inline void make_dataset(const fs::path& folder, int count) {
+// Image `i` of a dataset: a coloured square on a plain background, w x h, with its caption
+// sidecar ("a red square, picture i").
+inline void write_square_image(const fs::path& folder, int i, int w, int h) {
     fs::create_directories(folder);
-    for (int i = 0; i < count; ++i) {
-        const int w = (i % 3 == 0) ? 48 : 32;
-        const int h = (i % 3 == 1) ? 48 : 32;
-        data::Image img(w, h);
-        for (int y = 0; y < h; ++y) {
-            for (int x = 0; x < w; ++x) {
-                const bool square = x > w / 4 && x < 3 * w / 4 && y > h / 4 && y < 3 * h / 4;
-                std::uint8_t* px = img.at(x, y);
-                px[0] = square ? 220 : static_cast<std::uint8_t>(20 * i);
-                px[1] = square ? 40 : 90;
-                px[2] = square ? static_cast<std::uint8_t>(30 * i) : 160;
-            }
+    data::Image img(w, h);
+    for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+            const bool square = x > w / 4 && x < 3 * w / 4 && y > h / 4 && y < 3 * h / 4;
+            std::uint8_t* px = img.at(x, y);
+            px[0] = square ? 220 : static_cast<std::uint8_t>(20 * i);
+            px[1] = square ? 40 : 90;
+            px[2] = square ? static_cast<std::uint8_t>(30 * i) : 160;
         }
-        const std::string stem = "img" + std::to_string(i);
-        data::write_png(folder / (stem + ".png"), img);
-        std::ofstream(folder / (stem + ".txt")) << "a red square, picture " << i;
     }
+    const std::string stem = "img" + std::to_string(i);
+    data::write_png(folder / (stem + ".png"), img);
+    std::ofstream(folder / (stem + ".txt")) << "a red square, picture " << i;
+}
+
+// `count` images in three sizes (48x32, 32x48, 32x32): three buckets at resolution 64.
+inline void make_dataset(const fs::path& folder, int count) {
+    for (int i = 0; i < count; ++i) {
+        write_square_image(folder, i, (i % 3 == 0) ? 48 : 32, (i % 3 == 1) ? 48 : 32);
+    }
+}
+
+// The largest absolute difference between two LoRA files' tensors (same keys, same order).
+inline double max_lora_difference(const fs::path& a_file, const fs::path& b_file) {
+    const NamedTensors a = read_all_tensors(a_file);
+    const NamedTensors b = read_all_tensors(b_file);
+    if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (a[i].first != b[i].first) return std::numeric_limits<double>::infinity();
+        worst = std::max(worst, (a[i].second - b[i].second).abs().max().item<double>());
+    }
+    return worst;
 }
 
 }  // namespace loom::testing

@@ -433,12 +433,12 @@ struct ModelConfig {
         v("is_v_pred", &ModelConfig::is_v_pred);
         v("dtype", &ModelConfig::dtype);
         v("quantize", &ModelConfig::quantize,
-          NotYetUnlessDefault{"base weights stay at full precision"});
+          NotYetUnlessDefault{"loom holds the frozen base weights in bf16 instead "
+                              "(low_vram level 2) until it quantizes for real"});
         v("qtype", &ModelConfig::qtype);
         v("quantize_te", &ModelConfig::quantize_te);
         v("qtype_te", &ModelConfig::qtype_te);
-        v("low_vram", &ModelConfig::low_vram,
-          NotYetUnlessDefault{"loom's low-VRAM mode is not implemented yet"});
+        v("low_vram", &ModelConfig::low_vram);
         v.not_yet({"quantize_kwargs",
                    "layer_offloading",
                    "layer_offloading_transformer_percent",

@@ -52,4 +52,19 @@ class FormatError : public Error {
     std::string path_;
 };
 
+// The OOM guard gave up: even the most conservative plan it could build does not fit the device
+// (exit code 4). The message names the smallest plan tried and the memory figures.
+class DoesNotFitError : public Error {
+  public:
+    using Error::Error;
+};
+
+// The device is unusable for reasons no setting can fix — almost nothing free before loom
+// allocated anything, or the most conservative plan failing before any step succeeded while
+// memory is held elsewhere (exit code 5). The message says to start on a fresh worker.
+class WorkerStateError : public Error {
+  public:
+    using Error::Error;
+};
+
 }  // namespace loom

@@ -8,6 +8,11 @@
 //   dirty                            the device reports almost nothing free before anything is
 //                                    allocated, and every allocation fails
 //   flaky:p=X:seed=S                 each device allocation fails with probability X
+//   host_oom:phase=P[:step=N][:times=K]  the next host allocation inside phase P fails as the
+//                                    CPU allocator fails when RAM runs out (sim device)
+//   kill:phase=P[:step=N]            the process kills itself with SIGKILL when phase P begins
+//                                    (at step N when given): the host OOM killer, for the
+//                                    supervisor's tests
 //
 // The guard marks the current phase and step (PhaseScope); the simulated device's allocator asks
 // the injector before each device allocation. Thread-safe.
@@ -25,9 +30,16 @@
 namespace loom {
 
 struct FaultRule {
-    enum class Kind { kOomInPhase, kOomAtAllocation, kDirty, kFlaky };
+    enum class Kind {
+        kOomInPhase,
+        kOomAtAllocation,
+        kDirty,
+        kFlaky,
+        kHostOomInPhase,
+        kKillInPhase
+    };
     Kind kind = Kind::kOomInPhase;
-    Phase phase = Phase::kNone;        // kOomInPhase
+    Phase phase = Phase::kNone;        // kOomInPhase, kHostOomInPhase, kKillInPhase
     std::optional<std::int64_t> step;  // kOomInPhase: only at this training step
     int times = 1;                     // kOomInPhase: how many allocations fail
     std::uint64_t allocation = 0;      // kOomAtAllocation
@@ -54,6 +66,13 @@ class FaultInjector {
     // Called for each device allocation of `bytes` (> 0). Returns the rule text when this
     // allocation must fail, nullopt otherwise. Counts the allocation either way.
     std::optional<std::string> on_device_allocation(std::uint64_t bytes);
+
+    // Called for each host allocation of `bytes` (> 0) on the sim device: the rule text when it
+    // must fail as the CPU allocator fails, nullopt otherwise.
+    std::optional<std::string> on_host_allocation(std::uint64_t bytes);
+
+    // True when a `kill` rule matches the phase (and step) that begins now.
+    bool kill_at_phase_start(Phase phase, std::optional<std::int64_t> step);
 
     // True when a `dirty` rule is active: the device must report (almost) nothing free.
     bool dirty() const;

@@ -25,4 +25,9 @@ OomKind classify(std::exception_ptr error);
 // The text rules alone, for messages whose exception type is unknown (log lines, c10::Error).
 OomKind classify_message(std::string_view message);
 
+// An error that leaves the device context or the process group unusable (illegal memory access,
+// device-side assert, NCCL, ECC, ...): nothing in this process can continue, but a fresh process
+// can — `loom train` exits with ExitCode::kRestartRequested so its supervisor restarts it.
+bool is_fatal_device_error(std::string_view message);
+
 }  // namespace loom

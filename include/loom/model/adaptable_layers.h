@@ -19,6 +19,16 @@ class LayerAdapter {
     virtual at::Tensor forward(const at::Tensor& input) = 0;
 };
 
+// Where a layer's frozen weight and bias come from when it computes. Without one, the layer uses
+// its parameters where they live. Block swapping (low_vram) keeps the parameters on the host and
+// fetches a device copy for each forward — and for each recompute under gradient checkpointing —
+// which dies with the computation that used it.
+class WeightSource {
+  public:
+    virtual ~WeightSource() = default;
+    virtual at::Tensor fetch(const at::Tensor& resident) = 0;
+};
+
 class LinearImpl : public torch::nn::Module {
   public:
     LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
@@ -26,6 +36,7 @@ class LinearImpl : public torch::nn::Module {
 
     void set_adapter(std::shared_ptr<LayerAdapter> adapter) { adapter_ = std::move(adapter); }
     const std::shared_ptr<LayerAdapter>& adapter() const { return adapter_; }
+    void set_weight_source(std::shared_ptr<WeightSource> s) { source_ = std::move(s); }
     int64_t in_features() const { return weight.size(1); }
     int64_t out_features() const { return weight.size(0); }
 
@@ -34,6 +45,7 @@ class LinearImpl : public torch::nn::Module {
 
   private:
     std::shared_ptr<LayerAdapter> adapter_;
+    std::shared_ptr<WeightSource> source_;
 };
 TORCH_MODULE(Linear);
 
@@ -45,6 +57,7 @@ class Conv2dImpl : public torch::nn::Module {
 
     void set_adapter(std::shared_ptr<LayerAdapter> adapter) { adapter_ = std::move(adapter); }
     const std::shared_ptr<LayerAdapter>& adapter() const { return adapter_; }
+    void set_weight_source(std::shared_ptr<WeightSource> s) { source_ = std::move(s); }
     int64_t kernel_size() const { return weight.size(2); }
     int64_t stride() const { return stride_; }
     int64_t padding() const { return padding_; }
@@ -56,6 +69,7 @@ class Conv2dImpl : public torch::nn::Module {
     int64_t stride_;
     int64_t padding_;
     std::shared_ptr<LayerAdapter> adapter_;
+    std::shared_ptr<WeightSource> source_;
 };
 TORCH_MODULE(Conv2d);
 

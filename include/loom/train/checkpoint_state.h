@@ -1,9 +1,9 @@
 #pragma once
 
 // A training checkpoint in the run folder's state/<9-digit step>/: the LoRA weights (float32),
-// the optimizer state, the EMA averages, the torch CPU RNG state and the data cursor. Each file
-// is written atomically and a COMPLETE marker is written last, so a crash during a save leaves
-// the previous checkpoint as the resume point.
+// the optimizer state, the EMA averages, the torch CPU RNG state, the data cursor and the memory
+// plan. Each file is written atomically and a COMPLETE marker is written last, so a crash during a
+// save leaves the previous checkpoint as the resume point.
 
 #include <ATen/core/Tensor.h>
 
@@ -23,6 +23,7 @@ struct CheckpointState {
     std::vector<at::Tensor> ema;  // empty without EMA
     at::Tensor rng_cpu;           // torch's default CPU generator state
     std::string data_cursor;      // data::cursor_to_json
+    std::string plan_yaml;        // the guard's plan when saved (plan.yaml); may be empty
 };
 
 void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& state);

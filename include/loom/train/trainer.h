@@ -8,6 +8,7 @@
 // noise, the timestep, caption dropout/shuffling, the VAE's latent sample — and the data order
 // is a function of (seed, epoch), so a resumed run continues exactly where the checkpoint was.
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -26,6 +27,9 @@ struct TrainOverrides {
     // tests use it to interrupt a run at a known step.
     std::optional<std::int64_t> stop_after_steps;
     bool progress_line = true;  // one updating line on a terminal
+    // Set (by a SIGINT/SIGTERM handler) to stop after the running step: a checkpoint is saved
+    // and the run returns with `interrupted` set; rerunning the job resumes from there.
+    const std::atomic<bool>* stop_requested = nullptr;
 };
 
 struct TrainSummary {
@@ -34,7 +38,11 @@ struct TrainSummary {
     std::int64_t start_step = 0;       // the step this invocation started from
     std::int64_t end_step = 0;
     bool resumed = false;
+    bool interrupted = false;    // stopped by stop_requested after a checkpoint
     std::vector<double> losses;  // per step of this invocation
+    int ooms = 0;                // out-of-memory errors recovered from
+    int plan_changes = 0;        // ladder rungs taken
+    std::string final_plan;      // guard::describe of the plan the run ended on
 };
 
 TrainSummary train_process(const config::Job& job, std::size_t process_index,

@@ -1,0 +1,128 @@
+#pragma once
+
+// The recovery engine: runs each phase of a job under the guard (DESIGN.md "Recovery
+// specification"). An attempt that runs out of memory is caught at the phase boundary; the
+// failed attempt's tensors die with its scope, the target drops what it kept (gradients back to
+// undefined, partial accumulation), the device cache is emptied, the event is written, the
+// ladder policy decides, the decision is applied to the live trainer and persisted, and the
+// same work runs again — outside the catch block. Errors that are not OOM pass through untouched.
+// The device's peak counter is reset before each attempt, so an OOM event's "peak" is what the
+// failed attempt had in use when it failed, and a step's peak in metrics.jsonl is its own.
+//
+// The engine knows the Plan, not the model: what a knob means for the live trainer is the
+// target's business (GuardedTarget::apply_plan).
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/device/device.h"
+#include "loom/device/phase.h"
+#include "loom/guard/event_log.h"
+#include "loom/guard/ladder_policy.h"
+#include "loom/guard/plan.h"
+
+namespace loom::guard {
+
+// What the engine needs from the trainer it protects.
+class GuardedTarget {
+  public:
+    virtual ~GuardedTarget() = default;
+    // After an OOM: drop what the failed attempt left behind outside its own scope.
+    virtual void release_after_oom() = 0;
+    // Makes the live trainer use `to` (it used `from` until now).
+    virtual void apply_plan(const Plan& from, const Plan& to) = 0;
+    // The active buckets under the current plan (before any bucket exists: the defaults).
+    virtual BucketFacts bucket_facts() const = 0;
+};
+
+struct GuardOptions {
+    bool enabled = true;  // oom.enabled; false: the first OOM ends the run ("does not fit")
+    PolicyContext context;
+    std::filesystem::path plan_file;    // plan.yaml, rewritten on every change (empty: none)
+    std::filesystem::path stable_file;  // stable.yaml (empty: none)
+    int stable_after = 50;              // steps on one plan before it is recorded as stable
+    bool scale_up = false;              // oom.scale_up: undo changes once stable
+    double scale_up_headroom = 0.10;    // a scale-up probe must leave this share of memory free
+};
+
+class Guard {
+  public:
+    Guard(Device& device, Plan plan, GuardOptions options, EventLog& events);
+
+    void set_target(GuardedTarget* target) { target_ = target; }
+    const Plan& plan() const { return plan_; }
+
+    // Worker-state check before loom allocates anything: a device that shows almost nothing
+    // free ends the run at once (WorkerStateError), with the figures.
+    void check_device_clean();
+
+    // Runs `attempt` in `phase` (at 1-based training `step`) until it completes, recovering
+    // from OOMs as described above. `work` overrides what the phase's work is (the probe's
+    // sampling pass is kSample). Throws DoesNotFitError or WorkerStateError when the ladder
+    // gives up, loom::Error for host-memory exhaustion, and rethrows anything that is not OOM.
+    void run(Phase phase, std::optional<std::int64_t> step, const std::function<void()>& attempt,
+             std::optional<Work> work = std::nullopt);
+
+    // The micro-batch about to run (the "sometimes" rule needs the failing batch's bucket).
+    void note_bucket(int width, int height);
+    // A training step completed: its buckets trained fine; counts toward stability.
+    void step_succeeded(std::int64_t step);
+    // A sampling pass completed (it may leave allocator memory behind).
+    void sample_ran() { after_sample_ = true; }
+    // End of the run: records the plan as stable when it has not been yet.
+    void finish(std::int64_t step);
+
+    // Scale-up (oom.scale_up): once the plan has been stable for stable_after steps, undo the
+    // most recent change that is not pinned — one knob at a time, in reverse order — after
+    // checking it with `probe(candidate)` (the worst-case step and preview under it). The
+    // candidate is kept when the probe fits with the headroom to spare; otherwise the target
+    // returns to the current plan and the change is pinned for the rest of the run. Returns true
+    // when a change was undone. Errors that are not OOM propagate.
+    bool maybe_scale_up(std::int64_t step, const std::function<void(const Plan&)>& probe);
+
+    int oom_count() const { return ooms_; }
+    // The highest device memory in use during any guarded phase so far.
+    std::uint64_t peak() const { return run_peak_; }
+    int change_count() const { return changes_; }
+    const History& history() const { return history_; }
+
+  private:
+    OomEvent make_event(Phase phase, Work work, std::optional<std::int64_t> step, OomKind kind,
+                        const std::exception_ptr& failure) const;
+    void apply(const Decision& decision);
+    void record_stable(std::int64_t step);
+
+    Device& device_;
+    Plan plan_;
+    GuardOptions options_;
+    EventLog& events_;
+    GuardedTarget* target_ = nullptr;
+    History history_;
+    std::optional<std::pair<int, int>> bucket_;  // of the running micro-batch
+    std::set<std::int64_t> step_buckets_;        // areas noted during the running step
+    bool after_sample_ = false;
+    std::int64_t steps_on_plan_ = 0;
+    bool stable_recorded_ = false;
+    // Changes taken, oldest first: the plan before and after each, and whether scale-up pinned it.
+    struct Taken {
+        Plan before;
+        Plan after;
+        std::string rule;
+        bool pinned = false;
+    };
+    std::vector<Taken> taken_;
+    std::uint64_t run_peak_ = 0;
+    int ooms_ = 0;
+    int changes_ = 0;
+};
+
+// "Tried to allocate 16.00 MiB" (CUDA's and sim's wording) → 16 MiB; nullopt when absent.
+std::optional<std::uint64_t> requested_bytes(const std::string& message);
+
+}  // namespace loom::guard

@@ -1,0 +1,127 @@
+#pragma once
+
+// The rollback ladder as a pure function: (Plan, OomEvent, History) -> Decision. No torch, no
+// I/O; every rule of DESIGN.md "Recovery specification" (from the user guide,
+// reference/oom-guide.txt §4–§6) is a branch here with its own unit test.
+//
+//   sampling OOM (first sample, periodic sample, the probe's sampling pass): only sampling
+//     changes — prompts one at a time, guidance passes sequential, halve width/height (multiple
+//     of 64, floor 256 or the smallest training bucket), video: fewer sample frames, then
+//     sampling off.
+//   load / cache OOM: low_vram (batch and buckets do not exist yet).
+//   training-step OOM, images: gradient checkpointing, batch 1 with accumulation (effective batch
+//     kept), drop the largest bucket (repeatable), shrink sampling when a sampling pass left
+//     memory behind, low_vram. Video: fewer frames (halved once), batch 1, gradient
+//     checkpointing, buckets, then frames again down to 1, sampling, low_vram.
+//   "sometimes": the failing batch came from the largest bucket and smaller buckets have trained
+//     fine → dropping that bucket comes first.
+//   save OOM: free and retry once, then low_vram.
+//   worker state: memory held outside loom with the ladder exhausted before any step succeeded,
+//     or a library allocation failure there → stop, distinct exit.
+//   host RAM: never the device ladder — in-RAM caches to disk, then fewer CPU threads.
+// One change per decision; a plan already seen failing at the same kind of work is skipped
+// (never the same retry twice); the learning rate, optimizer, steps, rank and dtype are not knobs.
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/device/memory_stats.h"
+#include "loom/device/oom_classify.h"
+#include "loom/device/phase.h"
+#include "loom/guard/plan.h"
+
+namespace loom::guard {
+
+// What the failing phase was doing; the probe has a training part and a sampling part.
+enum class Work { kLoad, kCache, kTrain, kSample, kSave };
+const char* to_string(Work work);
+// "device", "library", "host", "none": the kind as events.jsonl and the WARN lines name it.
+const char* kind_name(OomKind kind);
+// The work a phase does (kProbe maps to kTrain; the probe's sampling pass is passed explicitly).
+Work work_of(Phase phase);
+
+// The active buckets under the current plan, as the data layer sees them.
+struct BucketFacts {
+    std::size_t active = 1;                // buckets holding items
+    std::int64_t largest_area = 0;         // pixels of the largest active bucket
+    std::optional<std::int64_t> next_cap;  // the cap that drops it (nullopt: nothing to drop)
+    int smallest_side = 256;               // shorter side of the smallest bucket (sampling floor)
+};
+
+// Facts about the job that no decision changes.
+struct PolicyContext {
+    bool video = false;
+    int job_frames = 1;  // the clip length the job asks for (video: the first rung halves it once)
+    // How many low-VRAM sub-modes exist; 0 while the mechanism is unavailable (the ladder's
+    // last rung then reports that it cannot help).
+    int low_vram_levels = 0;
+    std::size_t prompt_count = 1;  // preview prompts (batching them only matters with > 1)
+    bool guidance = true;          // classifier-free guidance (scale > 1): two passes per step
+    int host_threads = 1;          // LibTorch's intra-op threads when the plan says 0
+};
+
+struct OomEvent {
+    Phase phase = Phase::kNone;
+    Work work = Work::kTrain;
+    std::optional<std::int64_t> step;  // 1-based training step, when in one
+    OomKind kind = OomKind::kDevice;
+    std::optional<std::uint64_t> bytes_requested;  // parsed from the message when it says
+    // After the failed attempt unwound: allocated/reserved/free as the device reports them then
+    // (what stays held is loom's or foreign), peak_allocated = in use when the attempt failed.
+    MemoryStats memory;
+    std::optional<std::pair<int, int>> bucket;  // width, height of the failing micro-batch
+    BucketFacts buckets;                        // under the plan that failed
+    bool after_sample = false;  // a sampling pass ran since the last successful step
+    std::string message;
+};
+
+struct History {
+    std::int64_t steps_succeeded = 0;             // training steps done in this process
+    std::set<std::int64_t> trained_bucket_areas;  // buckets whose batches trained fine
+    std::vector<std::pair<Work, Plan>> failed;    // each plan that failed, and at what
+    int save_retries = 0;                         // free-and-retry attempts of the current save
+};
+
+struct Decision {
+    enum class Action {
+        kRetry,        // retry the same work with `plan` (one knob changed, or none for save)
+        kDoesNotFit,   // the ladder is exhausted: `plan` is the smallest plan tried
+        kWorkerState,  // the device itself is the problem: stop, start on a fresh worker
+        kHostMemory,   // host RAM, not the device: the device ladder does not apply
+    };
+    Action action = Action::kRetry;
+    Plan plan;
+    std::string rule;    // stable id of the rule that chose this ("train.gradient_checkpointing")
+    std::string reason;  // one sentence: why this change
+    std::vector<KnobChange> changes;  // plan vs the failing plan (one knob, or batch + accum)
+};
+const char* to_string(Decision::Action action);
+
+Decision decide(const Plan& plan, const OomEvent& event, const History& history,
+                const PolicyContext& context);
+
+// A training process that died without a word (SIGKILL: the host's OOM killer) is restarted
+// one rung lower on the host ladder: the decision for a host OOM outside any phase.
+Decision decide_after_death(const Plan& plan, const PolicyContext& context);
+
+// "0 bytes is free" before loom allocated anything: free below 5% of the total.
+bool device_looks_dirty(const MemoryStats& before_any_allocation);
+
+// Memory the device reports in use that loom's allocator does not hold (another process, a
+// leaked context): total − free − reserved, never negative.
+std::uint64_t foreign_bytes(const MemoryStats& memory);
+
+// Sampling-size arithmetic, exposed for tests: half of `side`, rounded down to a multiple of
+// 64, at least `floor`; equal to `side` when it cannot shrink.
+int halve_sample_side(int side, int floor);
+// The sampling floor: 256, or the smallest training bucket's shorter side when that is smaller
+// (rounded down to a multiple of 8, at least 8).
+int sample_floor(int smallest_bucket_side);
+// Video frames: half, kept of the form 4k+1 (81 → 41 → 21 → 9 → 5 → 1); 1 stays 1.
+int halve_frames(int frames);
+
+}  // namespace loom::guard

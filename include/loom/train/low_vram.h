@@ -1,0 +1,67 @@
+#pragma once
+
+// low_vram: the ladder's last rung, and `model.low_vram: true` from the start. Three sub-modes,
+// each a level the ladder turns on in order (level N includes the levels below it):
+//
+//   1. encoders on the host: the text encoder(s) and the VAE live in host memory once latents
+//      and text embeddings are cached; they come to the device only for sampling, for the cache
+//      phase and for a cache miss, and go back after.
+//   2. bf16 base: the frozen base weights are held in bf16 (when they are float32); the LoRA
+//      weights and the optimizer state stay float32. ai-toolkit's `model.quantize: true` maps
+//      here until loom quantizes for real.
+//   3. block streaming: the frozen Linear/Conv2d weights of the UNet's down, mid and up blocks
+//      stay on the host; each layer fetches a device copy for its forward (and for its
+//      recompute under gradient checkpointing), which is released when the computation that
+//      used it is done. On CUDA the host copies are pinned, so the fetches are plain DMA; the
+//      fetches run on the compute stream (no side-stream prefetch yet).
+//
+// Levels only go up during a run: bf16 weights cannot be restored to float32 without reloading
+// the model, so scale-up leaves low_vram alone.
+
+#include <memory>
+#include <vector>
+
+#include "loom/device/device.h"
+#include "loom/model/stable_diffusion.h"
+
+namespace loom {
+
+class LowVramMode {
+  public:
+    static constexpr int kLevels = 3;
+
+    LowVramMode(StableDiffusion& model, Device& device) : model_(model), device_(device) {}
+
+    // Places a freshly loaded (host-resident) model on the device as `level` asks.
+    void place_model(int level);
+    // Raises the level of a placed model (lower levels are refused: see the top of this file).
+    void raise_to(int level);
+    int level() const { return level_; }
+
+    // For its lifetime the text encoder(s) and the VAE are on the device (level >= 1; a no-op
+    // below). Scopes nest: the outermost one moves them back.
+    class EncodersOnDevice {
+      public:
+        explicit EncodersOnDevice(LowVramMode& mode);
+        ~EncodersOnDevice();
+        EncodersOnDevice(const EncodersOnDevice&) = delete;
+        EncodersOnDevice& operator=(const EncodersOnDevice&) = delete;
+
+      private:
+        LowVramMode& mode_;
+        bool active_;  // the mode was at level >= 1 when the scope began
+    };
+
+  private:
+    std::vector<torch::nn::Module*> encoders() const;
+    void encoders_to(bool device);
+    void base_to_bf16();
+    void stream_blocks();
+
+    StableDiffusion& model_;
+    Device& device_;
+    int level_ = 0;
+    int encoder_scopes_ = 0;
+};
+
+}  // namespace loom

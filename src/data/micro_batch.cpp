@@ -1,0 +1,45 @@
+#include "loom/data/micro_batch.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+
+namespace loom::data {
+
+std::vector<MicroBatch> split_micro_batches(const std::vector<Batch>& batches,
+                                            const BucketPlan& plan, int micro_batch_size) {
+    if (micro_batch_size < 1) {
+        throw Error("the micro-batch size must be at least 1, not " +
+                    std::to_string(micro_batch_size));
+    }
+    std::vector<MicroBatch> out;
+    std::size_t slot = 0;
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+        // Group this batch's slots by their current bucket, keeping order.
+        std::vector<MicroBatch> groups;
+        for (std::size_t k = 0; k < batches[b].items.size(); ++k) {
+            const std::size_t item = batches[b].items[k];
+            const BucketSize bucket = plan.item_bucket.at(item);
+            auto g = std::find_if(groups.begin(), groups.end(),
+                                  [&](const MicroBatch& m) { return m.bucket == bucket; });
+            if (g == groups.end()) {
+                groups.push_back({bucket, {}});
+                g = groups.end() - 1;
+            }
+            g->slots.push_back({item, b, k, slot++});
+        }
+        for (const MicroBatch& group : groups) {
+            for (std::size_t start = 0; start < group.slots.size();
+                 start += std::size_t(micro_batch_size)) {
+                const std::size_t end =
+                    std::min(group.slots.size(), start + std::size_t(micro_batch_size));
+                out.push_back(
+                    {group.bucket,
+                     {group.slots.begin() + long(start), group.slots.begin() + long(end)}});
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace loom::data

@@ -1,0 +1,293 @@
+#include "loom/guard/guard.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "loom/core/byte_size.h"
+#include "loom/core/error.h"
+#include "loom/core/logging.h"
+#include "loom/core/version.h"
+#include "loom/device/faults.h"
+#include "loom/device/oom_classify.h"
+#include "loom/io/atomic_file.h"
+
+namespace loom::guard {
+
+namespace {
+
+const Logger& log() {
+    static const Logger l = logger("guard");
+    return l;
+}
+
+// The exception's message without c10's backtrace, first line only.
+std::string message_of(const std::exception_ptr& failure) {
+    std::string text;
+    try {
+        std::rethrow_exception(failure);
+    } catch (const c10::Error& e) {
+        text = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+        text = e.what();
+    } catch (...) {
+        text = "unknown exception";
+    }
+    const std::size_t eol = text.find('\n');
+    return eol == std::string::npos ? text : text.substr(0, eol);
+}
+
+std::string step_text(const std::optional<std::int64_t>& step) {
+    return step ? " at step " + std::to_string(*step) : std::string();
+}
+
+std::string changes_text(const Decision& d) {
+    std::string s;
+    for (const KnobChange& c : d.changes) {
+        if (!s.empty()) s += ", ";
+        s += c.knob + " " + c.from + " -> " + c.to;
+    }
+    return s.empty() ? std::string("no change, retry") : s;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> requested_bytes(const std::string& message) {
+    static const std::string kMarker = "Tried to allocate ";
+    const std::size_t at = message.find(kMarker);
+    if (at == std::string::npos) return std::nullopt;
+    std::size_t end = at + kMarker.size();
+    // "16.00 MiB" then ';', '.', ' (' or the end: the number, one space, the unit.
+    while (end < message.size() &&
+           (std::isdigit(static_cast<unsigned char>(message[end])) || message[end] == '.')) {
+        ++end;
+    }
+    while (end < message.size() && message[end] == ' ') ++end;
+    while (end < message.size() && std::isalpha(static_cast<unsigned char>(message[end]))) ++end;
+    try {
+        return parse_byte_size(message.substr(at + kMarker.size(), end - at - kMarker.size()));
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+}
+
+Guard::Guard(Device& device, Plan plan, GuardOptions options, EventLog& events)
+    : device_(device), plan_(std::move(plan)), options_(std::move(options)), events_(events) {}
+
+void Guard::check_device_clean() {
+    if (device_.spec().kind == DeviceKind::kCpu) return;  // RAM, not an accelerator
+    const MemoryStats m = device_.stats();
+    if (!device_looks_dirty(m)) return;
+    const std::string figures = format_bytes_human(m.free) + " free of " +
+                                format_bytes_human(m.total) + " before loom allocated anything";
+    events_.record("worker_state", {{"phase", "load"},
+                                    {"rule", "worker_state.dirty_at_start"},
+                                    {"free", m.free},
+                                    {"total", m.total},
+                                    {"allocated", m.allocated}});
+    throw WorkerStateError(device_.description() + " shows " + figures +
+                           " (\"0 bytes is free\"): another process or a broken context holds "
+                           "the memory. No setting can fix that — start on a fresh worker (or "
+                           "free the GPU), then run the same job again.");
+}
+
+OomEvent Guard::make_event(Phase phase, Work work, std::optional<std::int64_t> step, OomKind kind,
+                           const std::exception_ptr& failure) const {
+    OomEvent e;
+    e.phase = phase;
+    e.work = work;
+    e.step = step;
+    e.kind = kind;
+    e.message = message_of(failure);
+    e.bytes_requested = requested_bytes(e.message);
+    e.memory = device_.stats();
+    e.bucket = bucket_;
+    e.buckets = target_ != nullptr ? target_->bucket_facts() : BucketFacts{};
+    e.after_sample = after_sample_;
+    return e;
+}
+
+void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::function<void()>& attempt,
+                std::optional<Work> work_override) {
+    const Work work = work_override.value_or(work_of(phase));
+    for (;;) {
+        std::exception_ptr failure;
+        bucket_.reset();
+        device_.reset_peak();  // the attempt's own peak: what was in use when it failed
+        {
+            PhaseScope scope(phase, step);
+            try {
+                attempt();
+            } catch (...) {
+                failure = std::current_exception();
+            }
+        }
+        run_peak_ = std::max(run_peak_, device_.stats().peak_allocated);
+        if (!failure) {
+            if (work == Work::kSave) history_.save_retries = 0;
+            return;
+        }
+        // Outside the catch block: the attempt's stack, and every tensor it held, is gone.
+        const OomKind kind = classify(failure);
+        if (kind == OomKind::kNotOom) std::rethrow_exception(failure);
+        const OomEvent event = make_event(phase, work, step, kind, failure);
+        failure = nullptr;
+        if (target_ != nullptr) target_->release_after_oom();
+        device_.empty_cache();
+        ++ooms_;
+        events_.oom(event, describe(plan_));
+        log().warn("out of memory in {}{} ({}): {}", to_string(phase), step_text(step),
+                   kind_name(kind), event.message);
+        if (!options_.enabled) {
+            throw DoesNotFitError(std::string("out of memory in ") + to_string(phase) +
+                                  step_text(step) + " (" + event.message +
+                                  ") and oom.enabled is false, so loom did not try smaller "
+                                  "settings; the plan was: " +
+                                  describe(plan_));
+        }
+        history_.failed.emplace_back(work, plan_);
+        const Decision decision = decide(plan_, event, history_, options_.context);
+        events_.decision(decision, event);
+        switch (decision.action) {
+            case Decision::Action::kRetry:
+                if (work == Work::kSave) ++history_.save_retries;
+                apply(decision);
+                continue;
+            case Decision::Action::kDoesNotFit: throw DoesNotFitError(decision.reason);
+            case Decision::Action::kWorkerState: throw WorkerStateError(decision.reason);
+            case Decision::Action::kHostMemory:
+                throw Error("host RAM ran out in " + std::string(to_string(phase)) +
+                            step_text(step) + " (" + event.message +
+                            "); device settings cannot help: close other programs, lower "
+                            "datasets[].cache_latents (in-RAM caches) or use a machine with "
+                            "more RAM");
+        }
+    }
+}
+
+void Guard::apply(const Decision& d) {
+    if (d.plan != plan_) {
+        taken_.push_back({plan_, d.plan, d.rule, false});
+        if (target_ != nullptr) target_->apply_plan(plan_, d.plan);
+        plan_ = d.plan;
+        if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
+        ++changes_;
+        steps_on_plan_ = 0;
+        stable_recorded_ = false;
+    }
+    log().warn("plan change: {} (rule: {}) — {}", changes_text(d), d.rule, d.reason);
+}
+
+bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Plan&)>& probe) {
+    if (!options_.scale_up || steps_on_plan_ < options_.stable_after || target_ == nullptr) {
+        return false;
+    }
+    // low_vram only goes up within a run (bf16 weights cannot become float32 again without a
+    // reload), so scale-up passes over it.
+    auto change = std::find_if(taken_.rbegin(), taken_.rend(), [](const Taken& t) {
+        return !t.pinned && t.before.low_vram == t.after.low_vram;
+    });
+    if (change == taken_.rend()) return false;
+    const Plan candidate = undo_change(plan_, change->before, change->after);
+    const std::vector<KnobChange> knobs = diff(plan_, candidate);
+    std::string knob_text;
+    for (const KnobChange& k : knobs) {
+        knob_text += (knob_text.empty() ? "" : ", ") + k.knob + " " + k.from + " -> " + k.to;
+    }
+    target_->apply_plan(plan_, candidate);
+    device_.reset_peak();
+    std::exception_ptr failure;
+    {
+        PhaseScope scope(Phase::kProbe, step);
+        try {
+            probe(candidate);
+        } catch (...) {
+            failure = std::current_exception();
+        }
+    }
+    const MemoryStats m = device_.stats();
+    const bool oom = failure && classify(failure) != OomKind::kNotOom;
+    if (failure && !oom) std::rethrow_exception(failure);
+    const auto limit =
+        static_cast<std::uint64_t>(double(m.total) * (1.0 - options_.scale_up_headroom));
+    const bool fits = !oom && (m.total == 0 || m.peak_allocated <= limit);
+    failure = nullptr;
+    events_.record("scale_up", {{"step", step},
+                                {"undo", change->rule},
+                                {"changes", knob_text},
+                                {"result", fits ? "kept" : "pinned"},
+                                {"probe", oom ? "out of memory" : "fits"},
+                                {"peak", m.peak_allocated},
+                                {"limit", limit},
+                                {"plan", describe(fits ? candidate : plan_)}});
+    if (!fits) {
+        target_->release_after_oom();
+        device_.empty_cache();
+        target_->apply_plan(candidate, plan_);
+        change->pinned = true;
+        log().warn("scale-up: {} does not fit with {}% headroom ({}); pinned for this run",
+                   knob_text, int(options_.scale_up_headroom * 100),
+                   oom ? std::string("the probe ran out of memory")
+                       : "probe peak " + format_bytes_human(m.peak_allocated));
+        return false;
+    }
+    const std::string rule = change->rule;
+    plan_ = candidate;
+    taken_.erase(std::next(change).base());
+    if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
+    steps_on_plan_ = 0;
+    stable_recorded_ = false;
+    log().warn("scale-up: {} (undoing {}; probe peak {} of {})", knob_text, rule,
+               format_bytes_human(m.peak_allocated), format_bytes_human(m.total));
+    return true;
+}
+
+void Guard::note_bucket(int width, int height) {
+    bucket_ = std::make_pair(width, height);
+    step_buckets_.insert(std::int64_t(width) * height);
+}
+
+void Guard::step_succeeded(std::int64_t step) {
+    ++history_.steps_succeeded;
+    history_.trained_bucket_areas.insert(step_buckets_.begin(), step_buckets_.end());
+    step_buckets_.clear();
+    after_sample_ = false;
+    ++steps_on_plan_;
+    if (!stable_recorded_ && steps_on_plan_ >= options_.stable_after) record_stable(step);
+}
+
+void Guard::finish(std::int64_t step) {
+    if (!stable_recorded_ && steps_on_plan_ > 0) record_stable(step);
+}
+
+void Guard::record_stable(std::int64_t step) {
+    stable_recorded_ = true;
+    const MemoryStats m = device_.stats();
+    events_.record("stable", {{"step", step},
+                              {"steps_on_plan", steps_on_plan_},
+                              {"peak", run_peak_},
+                              {"total", m.total},
+                              {"plan", describe(plan_)}});
+    if (options_.stable_file.empty()) return;
+    std::ostringstream out;
+    out << "# loom: a plan that trained " << steps_on_plan_
+        << " steps without running out of memory.\n"
+        << "stable:\n"
+        << "  step: " << step << "\n"
+        << "  steps_on_plan: " << steps_on_plan_ << "\n"
+        << "  device: \"" << device_.description() << "\"\n"
+        << "  total_memory: " << m.total << "\n"
+        << "  peak_allocated: " << run_peak_ << "\n"
+        << "  loom_version: \"" << kVersion << "\"\n"
+        << "  time: \"" << utc_timestamp_now() << "\"\n"
+        << "plan:\n";
+    std::istringstream plan_lines(plan_to_yaml(plan_));
+    for (std::string line; std::getline(plan_lines, line);) {
+        if (!line.empty() && line[0] != '#') out << "  " << line << "\n";
+    }
+    write_file_atomic(options_.stable_file, out.str());
+    log().info("plan recorded as stable after {} steps: {}", steps_on_plan_, describe(plan_));
+}
+
+}  // namespace loom::guard

@@ -1,0 +1,133 @@
+#include "loom/train/low_vram.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "loom/core/error.h"
+#include "loom/core/logging.h"
+#include "loom/model/adaptable_layers.h"
+
+namespace loom {
+
+namespace {
+
+const Logger& log() {
+    static const Logger l = logger("low_vram");
+    return l;
+}
+
+// Every parameter and buffer of `module` to the device (device-resident on sim) or the host.
+void move(torch::nn::Module& module, const Device& device, bool to_device) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : module.parameters()) {
+        p.set_data(to_device ? device.to_device(p.data()) : device.to_host(p.data()));
+    }
+    for (auto& b : module.buffers()) {
+        b.set_data(to_device ? device.to_device(b.data()) : device.to_host(b.data()));
+    }
+}
+
+// A device copy of a host-resident weight, made for one computation.
+class DeviceFetch final : public WeightSource {
+  public:
+    explicit DeviceFetch(const Device& device) : device_(device) {}
+    at::Tensor fetch(const at::Tensor& resident) override { return device_.to_device(resident); }
+
+  private:
+    const Device& device_;
+};
+
+bool in_streamed_block(const std::string& name) {
+    return name.rfind("down_blocks.", 0) == 0 || name.rfind("mid_block.", 0) == 0 ||
+           name.rfind("up_blocks.", 0) == 0;
+}
+
+}  // namespace
+
+std::vector<torch::nn::Module*> LowVramMode::encoders() const {
+    std::vector<torch::nn::Module*> out;
+    if (model_.vae) out.push_back(model_.vae.get());
+    if (model_.text_encoder) out.push_back(model_.text_encoder.get());
+    if (model_.text_encoder_2) out.push_back(model_.text_encoder_2.get());
+    return out;
+}
+
+void LowVramMode::encoders_to(bool device) {
+    for (torch::nn::Module* m : encoders()) move(*m, device_, device);
+}
+
+void LowVramMode::base_to_bf16() {
+    torch::NoGradGuard no_grad;
+    std::size_t converted = 0;
+    for (torch::nn::Module* m : std::initializer_list<torch::nn::Module*>{
+             model_.unet.get(), model_.vae ? model_.vae.get() : nullptr,
+             model_.text_encoder ? model_.text_encoder.get() : nullptr,
+             model_.text_encoder_2 ? model_.text_encoder_2.get() : nullptr}) {
+        if (m == nullptr) continue;
+        for (auto& p : m->parameters()) {
+            // Frozen base weights only: the LoRA's own parameters train in float32.
+            if (p.requires_grad() || p.scalar_type() != at::kFloat) continue;
+            p.set_data(p.data().to(at::kBFloat16));
+            ++converted;
+        }
+    }
+    log().info("frozen base weights held in bf16 ({} tensors); LoRA and optimizer stay float32",
+               converted);
+}
+
+void LowVramMode::stream_blocks() {
+    torch::NoGradGuard no_grad;
+    auto source = std::make_shared<DeviceFetch>(device_);
+    std::size_t streamed = 0;
+    for (const auto& item : model_.unet->named_modules("", /*include_self=*/false)) {
+        if (!in_streamed_block(item.key())) continue;
+        torch::nn::Module& m = *item.value();
+        at::Tensor* weight = nullptr;
+        at::Tensor* bias = nullptr;
+        if (auto* linear = dynamic_cast<LinearImpl*>(&m)) {
+            linear->set_weight_source(source);
+            weight = &linear->weight;
+            bias = &linear->bias;
+        } else if (auto* conv = dynamic_cast<Conv2dImpl*>(&m)) {
+            conv->set_weight_source(source);
+            weight = &conv->weight;
+            bias = &conv->bias;
+        } else {
+            continue;
+        }
+        weight->set_data(device_.to_host(weight->data()));
+        if (bias->defined()) bias->set_data(device_.to_host(bias->data()));
+        ++streamed;
+    }
+    log().info("{} UNet block layers stream their weights from the host", streamed);
+}
+
+void LowVramMode::place_model(int level) {
+    if (level >= 2) base_to_bf16();  // before placing: the device never holds the float32 copy
+    move(*model_.unet, device_, true);
+    if (level < 1) encoders_to(true);
+    if (level >= 3) stream_blocks();
+    level_ = level;
+}
+
+void LowVramMode::raise_to(int level) {
+    if (level < level_) {
+        throw Error("low_vram cannot go down during a run (from " + std::to_string(level_) +
+                    " to " + std::to_string(level) + ")");
+    }
+    if (level_ < 1 && level >= 1 && encoder_scopes_ == 0) encoders_to(false);
+    if (level_ < 2 && level >= 2) base_to_bf16();
+    if (level_ < 3 && level >= 3) stream_blocks();
+    level_ = level;
+}
+
+LowVramMode::EncodersOnDevice::EncodersOnDevice(LowVramMode& mode)
+    : mode_(mode), active_(mode.level_ >= 1) {
+    if (active_ && mode_.encoder_scopes_++ == 0) mode_.encoders_to(true);
+}
+
+LowVramMode::EncodersOnDevice::~EncodersOnDevice() {
+    if (active_ && --mode_.encoder_scopes_ == 0) mode_.encoders_to(false);
+}
+
+}  // namespace loom

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The OOM guard through the `loom` executable: the exit codes of a dirty device (worker state,
+# scenario E) and of a budget below the model's weights (does not fit, scenario F), and a run
+# killed with SIGKILL after a downgrade that, rerun, starts from the downgraded plan with no
+# repeated OOM (scenario H).
+#   test_guard_cli.sh LOOM MAKE_TINY_FIXTURE
+set -u
+LOOM="$1"; FIXTURE="$2"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+"$FIXTURE" "$TMP/fixture" >/dev/null || { echo "FAIL fixture"; exit 1; }
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+job() {  # job NAME STEPS
+  cat <<YAML
+job: extension
+config:
+  name: $1
+  process:
+    - type: sd_trainer
+      training_folder: $TMP/runs
+      device: sim
+      training_seed: 3
+      network: {linear: 4, linear_alpha: 4}
+      save: {save_every: 2, dtype: float32}
+      datasets:
+        - folder_path: $TMP/fixture/data
+          resolution: [64]
+      train: {steps: $2, lr: 1e-3, batch_size: 2, gradient_checkpointing: false}
+      model: {name_or_path: $TMP/fixture/model, arch: sd1}
+      sample: {disable_sampling: true}
+      oom: {vram_limit: 1GiB, probe: false}
+YAML
+}
+
+# E: a dirty device → exit 5 within seconds, the message says to use a fresh worker.
+job dirty 4 >"$TMP/dirty.yaml"
+start=$(date +%s)
+LOOM_FAULTS=dirty "$LOOM" train "$TMP/dirty.yaml" >"$TMP/dirty.out" 2>"$TMP/dirty.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" -eq 5 ] && ok "dirty device exits 5" || bad "dirty device exit code $rc (want 5)"
+grep -q "error: worker state:.*fresh worker" "$TMP/dirty.err" && ok "worker-state message" \
+  || { bad "worker-state message"; cat "$TMP/dirty.err"; }
+[ "$took" -le 10 ] && ok "worker state reported in ${took}s" || bad "worker state took ${took}s"
+
+# F: a budget below the weights → exit 4 with the smallest plan tried.
+job tiny_budget 4 >"$TMP/tiny.yaml"
+"$LOOM" train "$TMP/tiny.yaml" --vram 2MiB >"$TMP/tiny.out" 2>"$TMP/tiny.err"
+rc=$?
+[ "$rc" -eq 4 ] && ok "budget below the weights exits 4" || bad "does-not-fit exit code $rc"
+grep -q "error: does not fit:.*smallest plan tried" "$TMP/tiny.err" && ok "does-not-fit message" \
+  || { bad "does-not-fit message"; cat "$TMP/tiny.err"; }
+
+# H: an injected OOM at step 1 downgrades the plan; SIGKILL mid-run; the rerun starts from the
+# persisted plan, says so, and runs out of memory no more.
+job killed 40 >"$TMP/killed.yaml"
+# --no-supervise: the SIGKILL hits the trainer itself, not a supervisor that would stop its child
+# cleanly (and still be writing the run folder when the rerun starts).
+LOOM_FAULTS="oom:phase=train_step:step=1" "$LOOM" train "$TMP/killed.yaml" --no-supervise \
+  >"$TMP/k1.log" 2>&1 &
+pid=$!
+metrics="$TMP/runs/killed/metrics.jsonl"
+for _ in $(seq 600); do
+  lines=$(cat "$metrics" 2>/dev/null | wc -l)
+  [ "$lines" -ge 5 ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.05
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+grep -q '"event":"change"' "$TMP/runs/killed/events.jsonl" && ok "the first run downgraded" \
+  || bad "no change event before the kill"
+grep -q "gradient_checkpointing: true" "$TMP/runs/killed/plan.yaml" && ok "plan.yaml persisted" \
+  || bad "plan.yaml was not persisted before the kill"
+before=$(wc -l <"$TMP/runs/killed/events.jsonl")
+"$LOOM" train "$TMP/killed.yaml" >"$TMP/k2.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && ok "the rerun finishes" || { bad "rerun exit code $rc"; tail "$TMP/k2.log"; }
+grep -q "starting from the persisted plan" "$TMP/k2.log" && ok "the rerun says it uses the plan" \
+  || bad "the rerun does not say it starts from the persisted plan"
+if tail -n +"$((before + 1))" "$TMP/runs/killed/events.jsonl" | grep -q '"event":"oom"'; then
+  bad "the rerun ran out of memory again"
+else
+  ok "no repeated OOM after the restart"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
