@@ -6,12 +6,8 @@
 #   test_guard_cli.sh LOOM MAKE_TINY_FIXTURE
 set -u
 LOOM="$1"; FIXTURE="$2"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-"$FIXTURE" "$TMP/fixture" >/dev/null || { echo "FAIL fixture"; exit 1; }
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib.sh"
+make_fixture "$FIXTURE"
 
 job() {  # job NAME STEPS
   cat <<YAML
@@ -28,9 +24,9 @@ config:
       datasets:
         - folder_path: $TMP/fixture/data
           resolution: [64]
-      train: {steps: $2, lr: 1e-3, batch_size: 2, gradient_checkpointing: false}
+      train: {steps: $2, lr: 1e-3, batch_size: 2, gradient_checkpointing: false,
+              disable_sampling: true}
       model: {name_or_path: $TMP/fixture/model, arch: sd1}
-      sample: {disable_sampling: true}
       oom: {vram_limit: 1GiB, probe: false}
 YAML
 }
@@ -62,13 +58,7 @@ job killed 40 >"$TMP/killed.yaml"
 LOOM_FAULTS="oom:phase=train_step:step=1" "$LOOM" train "$TMP/killed.yaml" --no-supervise \
   >"$TMP/k1.log" 2>&1 &
 pid=$!
-metrics="$TMP/runs/killed/metrics.jsonl"
-for _ in $(seq 600); do
-  lines=$(cat "$metrics" 2>/dev/null | wc -l)
-  [ "$lines" -ge 5 ] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
+wait_steps killed 5 "$pid"
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 grep -q '"event":"change"' "$TMP/runs/killed/events.jsonl" && ok "the first run downgraded" \
@@ -87,5 +77,4 @@ else
   ok "no repeated OOM after the restart"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

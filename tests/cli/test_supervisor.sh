@@ -7,12 +7,8 @@
 #   test_supervisor.sh LOOM MAKE_TINY_FIXTURE PYTHON
 set -u
 LOOM="$1"; FIXTURE="$2"; PY="$3"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-"$FIXTURE" "$TMP/fixture" >/dev/null || { echo "FAIL fixture"; exit 1; }
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+source "$(dirname "$0")/lib.sh"
+make_fixture "$FIXTURE"
 
 job() {  # job NAME STEPS [MAX_RESTARTS]
   cat <<YAML
@@ -29,23 +25,13 @@ config:
       datasets:
         - folder_path: $TMP/fixture/data
           resolution: [64]
-      train: {steps: $2, lr: 3e-3, batch_size: 2, gradient_checkpointing: true}
+      train: {steps: $2, lr: 3e-3, batch_size: 2, gradient_checkpointing: true,
+              disable_sampling: true}
       model: {name_or_path: $TMP/fixture/model, arch: sd1}
-      sample: {disable_sampling: true}
       oom: {vram_limit: 1GiB, probe: false, max_restarts: ${3:-3}}
 YAML
 }
 
-# wait_steps NAME N PID: until the run has written N metrics lines (or PID is gone).
-wait_steps() {
-  local metrics="$TMP/runs/$1/metrics.jsonl"
-  for _ in $(seq 1200); do
-    [ "$(cat "$metrics" 2>/dev/null | wc -l)" -ge "$2" ] && return 0
-    kill -0 "$3" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
 last_step() { tail -n 1 "$TMP/runs/$1/metrics.jsonl" 2>/dev/null | sed 's/.*"step":\([0-9]*\).*/\1/'; }
 count() { grep -c "\"event\":\"$2\"" "$TMP/runs/$1/events.jsonl" 2>/dev/null; }
 
@@ -153,5 +139,4 @@ else
     || bad "orphan: $(count orphan interrupted) interrupted records, last step $(last_step orphan)"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -4,9 +4,8 @@
 #   test_train_kill.sh LOOM MAKE_TINY_FIXTURE PYTHON
 set -u
 LOOM="$1"; FIXTURE="$2"; PY="$3"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-"$FIXTURE" "$TMP/fixture" >/dev/null || { echo "FAIL fixture"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+make_fixture "$FIXTURE"
 
 job() {  # job NAME
   cat <<YAML
@@ -23,9 +22,9 @@ config:
       datasets:
         - folder_path: $TMP/fixture/data
           resolution: [64]
-      train: {steps: 14, lr: 3e-3, batch_size: 2, gradient_checkpointing: true}
+      train: {steps: 14, lr: 3e-3, batch_size: 2, gradient_checkpointing: true,
+              disable_sampling: true}
       model: {name_or_path: $TMP/fixture/model, arch: sd1}
-      sample: {disable_sampling: true}
 YAML
 }
 job whole >"$TMP/whole.yaml"
@@ -38,12 +37,7 @@ kill_at=$(( 3 + RANDOM % 9 ))  # a step in 3..11
 "$LOOM" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
 pid=$!
 metrics="$TMP/runs/split/metrics.jsonl"
-for _ in $(seq 600); do
-  lines=$(cat "$metrics" 2>/dev/null | wc -l)
-  [ "$lines" -ge "$kill_at" ] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.05
-done
+wait_steps split "$kill_at" "$pid"
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 killed_after=$(cat "$metrics" | wc -l)

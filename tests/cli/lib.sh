@@ -1,0 +1,25 @@
+# Shared by the end-to-end scripts that train: a scratch folder removed at exit, the tiny model
+# and dataset fixture, pass/fail counters, and a wait for a run's progress.
+#   source "$(dirname "$0")/lib.sh"; make_fixture MAKE_TINY_FIXTURE
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+# finish: prints the counts; the script's exit status is 0 only when nothing failed.
+finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
+
+# make_fixture MAKE_TINY_FIXTURE: the tiny SD model and dataset in $TMP/fixture/{model,data}.
+make_fixture() { "$1" "$TMP/fixture" >/dev/null || { echo "FAIL fixture"; exit 1; }; }
+
+# wait_steps NAME N PID: until run NAME (in $TMP/runs) has written N metrics lines; fails when
+# PID is gone first or after a minute.
+wait_steps() {
+  local metrics="$TMP/runs/$1/metrics.jsonl"
+  for _ in $(seq 1200); do
+    [ "$(cat "$metrics" 2>/dev/null | wc -l)" -ge "$2" ] && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
