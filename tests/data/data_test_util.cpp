@@ -15,20 +15,6 @@ namespace loom::test {
 
 namespace fs = std::filesystem;
 
-TempDir::TempDir() {
-    static int counter = 0;
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("loom_data_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter++) + "_" + std::to_string(rd()));
-    fs::create_directories(path_);
-}
-
-TempDir::~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-}
-
 data::Image pattern_image(int w, int h, int seed) {
     data::Image im(w, h);
     for (int y = 0; y < h; ++y) {

@@ -11,22 +11,9 @@
 #include "loom/config/job.h"
 #include "loom/data/dataset.h"
 #include "loom/data/image.h"
+#include "temp_dir.h"
 
 namespace loom::test {
-
-// A folder under the system temp dir, removed with everything in it on destruction.
-class TempDir {
-  public:
-    TempDir();
-    ~TempDir();
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    const std::filesystem::path& path() const { return path_; }
-    std::filesystem::path operator/(std::string_view name) const { return path_ / name; }
-
-  private:
-    std::filesystem::path path_;
-};
 
 // A w x h image whose pixels encode their position (R = x * 7 + seed, G = y * 13 + seed,
 // B = (x + y) * 3 + seed, all mod 256): every pixel of a small image is distinct.

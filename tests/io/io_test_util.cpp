@@ -10,17 +10,6 @@
 
 namespace loom::test {
 
-TempDir::TempDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "loom_io_test_XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + templ);
-    path_ = templ;
-}
-
-TempDir::~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-}
-
 std::string read_file(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw std::runtime_error("cannot open " + path.string());

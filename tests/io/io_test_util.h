@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/io/safetensors.h"
+#include "temp_dir.h"
 
 namespace loom::test {
 
@@ -35,20 +36,6 @@ inline std::string pattern_bytes(std::size_t k, std::size_t nbytes, DType dtype)
     }
     return out;
 }
-
-// A folder under the system temp dir, removed with everything in it on destruction.
-class TempDir {
-  public:
-    TempDir();
-    ~TempDir();
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    const std::filesystem::path& path() const { return path_; }
-    std::filesystem::path operator/(std::string_view name) const { return path_ / name; }
-
-  private:
-    std::filesystem::path path_;
-};
 
 std::string read_file(const std::filesystem::path& path);
 // Names of the entries of a folder, sorted.
