@@ -76,6 +76,9 @@ def main():
     size = int(sys.argv[5]) if len(sys.argv) > 5 else 64
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    # A stable-config store of the benchmark's own: every run must meet its OOMs, not start
+    # from plans an earlier run (or the user's jobs) recorded.
+    os.environ["LOOM_HOME"] = os.path.join(work, "home")
     subprocess.run([fixture, os.path.join(work, "fixture")], check=True, capture_output=True)
     add_images(os.path.join(work, "data"), 4, size)
     names = {0: "plain (checkpointing, batch 1)", 1: "1 encoders on the host",

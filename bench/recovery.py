@@ -128,6 +128,9 @@ def main():
     steps = int(sys.argv[4]) if len(sys.argv) > 4 else 40
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    # A stable-config store of the benchmark's own: every run must meet its OOMs, not start
+    # from plans an earlier run (or the user's jobs) recorded.
+    os.environ["LOOM_HOME"] = os.path.join(work, "home")
     subprocess.run([fixture, os.path.join(work, "fixture")], check=True, capture_output=True)
     add_images(os.path.join(work, "uniform"), 4, 48)
     add_images(os.path.join(work, "rare"), 7, 32)

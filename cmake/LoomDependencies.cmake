@@ -7,6 +7,7 @@ find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(cxxopts REQUIRED)
 find_package(nlohmann_json REQUIRED)
+find_package(SQLiteCpp REQUIRED)
 
 if(NOT Torch_DIR)
   file(GLOB _loom_venv_torch "${CMAKE_SOURCE_DIR}/.venv/lib/python3*/site-packages/torch/share/cmake/Torch")

@@ -32,6 +32,10 @@ Command make_eval_command();
 Command make_inspect_command();
 Command make_train_command();
 Command make_sample_command();
+Command make_stable_list_command();
+Command make_stable_show_command();
+Command make_stable_export_command();
+Command make_stable_forget_command();
 Command make_help_command();
 
 // argv-style vector for cxxopts, which parses (argc, argv).

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "command.h"
 #include "loom/config/load.h"
@@ -12,6 +13,8 @@
 #include "loom/core/exit_codes.h"
 #include "loom/core/logging.h"
 #include "loom/device/faults.h"
+#include "loom/store/store_location.h"
+#include "loom/store/store_recorder.h"
 #include "loom/train/trainer.h"
 #include "options.h"
 #include "stop_signal.h"
@@ -39,15 +42,26 @@ cxxopts::Options train_options() {
         "Train in this process: no child process, no restart after a crash or the host's "
         "out-of-memory killer (default: off, training runs in a supervised child)")(
         "stop-after", "Stop after N steps without a final save, as if killed (default: none)",
-        cxxopts::value<long long>(), "N");
+        cxxopts::value<long long>(), "N")(
+        "store",
+        "The stable-config database: runs, OOMs and stable plans are recorded there, and a job "
+        "starts from the stable plan it knows (default: $LOOM_HOME/stable.db, else "
+        "~/.local/share/loom/stable.db)",
+        cxxopts::value<std::string>(), "PATH");
     options.parse_positional({"job"});
     return options;
 }
 
 // Trains every process in order in this process; SIGINT/SIGTERM stop it after the running step
 // with a checkpoint (exit 130).
-int train_in_process(const config::Job& job, TrainOverrides o) {
+int train_in_process(const config::Job& job, TrainOverrides o,
+                     const std::optional<std::filesystem::path>& store_file) {
     o.stop_requested = &install_stop_handlers();
+    std::optional<store::StoreRecorder> store;
+    if (store_file) {
+        store.emplace(*store_file);
+        o.plan_store = &*store;
+    }
     for (std::size_t i = 0; i < job.config.process.size(); ++i) {
         const TrainSummary s = train_process(job, i, o);
         if (s.final_lora.empty()) {
@@ -65,8 +79,17 @@ int train_in_process(const config::Job& job, TrainOverrides o) {
                   << " plan changes, 0 steps lost)\n"
                   << "plan:    " << (s.run_folder / "plan.yaml").string() << " (" << s.final_plan
                   << ")\n";
+        if (s.reused_stable_id) {
+            std::cout << "reused:  stable plan #" << *s.reused_stable_id << " of "
+                      << store->file().string() << "\n";
+        }
         if (std::filesystem::exists(s.run_folder / "stable.yaml")) {
-            std::cout << "stable:  " << (s.run_folder / "stable.yaml").string() << "\n";
+            std::cout << "stable:  " << (s.run_folder / "stable.yaml").string();
+            if (const std::optional<std::int64_t> id =
+                    store ? store->last_stable_id() : std::nullopt) {
+                std::cout << " (#" << *id << " in " << store->file().string() << ")";
+            }
+            std::cout << "\n";
         }
     }
     return to_int(ExitCode::kOk);
@@ -102,8 +125,20 @@ int run_train(const std::vector<std::string>& args) {
     }
     o.fresh = parsed.count("fresh") > 0;
     if (parsed.count("stop-after")) o.stop_after_steps = parsed["stop-after"].as<long long>();
+    // The supervised child gets the same arguments, --store included.
     if (supervise) return supervise_training(loaded.job, args);
-    return train_in_process(loaded.job, o);
+    std::optional<std::filesystem::path> store_file;
+    if (parsed.count("store")) {
+        store_file = parsed["store"].as<std::string>();
+    } else {
+        try {
+            store_file = store::default_store_path();
+        } catch (const Error& e) {
+            // No home to keep a store in: train without one rather than not at all.
+            logger("store").warn("{}; this run is not recorded in a stable-config store", e.what());
+        }
+    }
+    return train_in_process(loaded.job, o, store_file);
 }
 
 }  // namespace

@@ -32,11 +32,13 @@ int dispatch(const std::vector<std::string>& args) {
     std::size_t consumed = 0;
     const loom::cli::Command* command = find_command(args, consumed);
     if (command == nullptr) {
-        std::string hint;
+        // "loom stable" alone: name every command it begins.
+        std::string matches;
         for (const loom::cli::Command& c : loom::cli::all_commands()) {
-            if (c.name.rfind(args[0] + " ", 0) == 0)
-                hint = " (did you mean `loom " + c.name + "`?)";
+            if (c.name.rfind(args[0] + " ", 0) != 0) continue;
+            matches += (matches.empty() ? "`loom " : ", `loom ") + c.name + "`";
         }
+        const std::string hint = matches.empty() ? "" : " (did you mean " + matches + "?)";
         throw loom::UsageError("unknown command '" + args[0] + "'" + hint +
                                "; run `loom help` for the list");
     }

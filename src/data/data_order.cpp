@@ -4,7 +4,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
-#include "loom/data/sha256.h"
+#include "loom/core/sha256.h"
 
 namespace loom::data {
 

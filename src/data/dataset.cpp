@@ -9,8 +9,8 @@
 
 #include "loom/config/job.h"
 #include "loom/core/logging.h"
+#include "loom/core/sha256.h"
 #include "loom/core/utf8.h"
-#include "loom/data/sha256.h"
 
 namespace loom::data {
 

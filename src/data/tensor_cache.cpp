@@ -8,9 +8,9 @@
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
+#include "loom/core/sha256.h"
 #include "loom/data/dataset.h"
 #include "loom/data/image_tensor.h"
-#include "loom/data/sha256.h"
 #include "loom/device/sim_allocator.h"
 #include "loom/io/safetensors.h"
 #include "loom/model/tensor_file.h"

@@ -32,6 +32,10 @@ std::string CpuDevice::description() const {
     return "cpu (host memory, no budget)";
 }
 
+std::string CpuDevice::hardware_name() const {
+    return "cpu";
+}
+
 c10::Device CpuDevice::torch_device() const {
     return c10::Device(c10::DeviceType::CPU);
 }

@@ -71,6 +71,10 @@ std::string CudaDevice::description() const {
     return d;
 }
 
+std::string CudaDevice::hardware_name() const {
+    return name_;
+}
+
 c10::Device CudaDevice::torch_device() const {
     return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(spec().index));
 }

@@ -11,6 +11,7 @@ class CpuDevice final : public Device {
   public:
     CpuDevice();
     std::string description() const override;
+    std::string hardware_name() const override;
     c10::Device torch_device() const override;
     MemoryStats stats() const override;
     void reset_peak() override {}
@@ -27,6 +28,7 @@ class SimDevice final : public Device {
     explicit SimDevice(std::uint64_t budget);
     ~SimDevice() override;
     std::string description() const override;
+    std::string hardware_name() const override;
     c10::Device torch_device() const override;
     MemoryStats stats() const override;
     void reset_peak() override;
@@ -43,6 +45,7 @@ class CudaDevice final : public Device {
   public:
     CudaDevice(int index, std::optional<std::uint64_t> vram_limit);
     std::string description() const override;
+    std::string hardware_name() const override;
     c10::Device torch_device() const override;
     MemoryStats stats() const override;
     void reset_peak() override;

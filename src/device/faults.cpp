@@ -144,6 +144,7 @@ void FaultInjector::configure(std::vector<FaultRule> rules) {
     rngs_.clear();
     for (const FaultRule& r : rules_) rngs_.emplace_back(r.seed);
     allocations_ = 0;
+    failures_injected_ = 0;
 }
 
 bool FaultInjector::active() const {
@@ -201,6 +202,7 @@ std::optional<std::string> FaultInjector::on_device_allocation(std::uint64_t /*b
             }
         }
     }
+    if (fire) ++failures_injected_;
     return fire;
 }
 
@@ -211,6 +213,7 @@ std::optional<std::string> FaultInjector::on_host_allocation(std::uint64_t /*byt
         if (r.kind == FaultRule::Kind::kHostOomInPhase && phase_ == r.phase &&
             (!r.step || step_ == r.step) && fired_[i] < r.times) {
             ++fired_[i];
+            ++failures_injected_;
             return r.text;
         }
     }
@@ -239,6 +242,11 @@ bool FaultInjector::dirty() const {
 std::uint64_t FaultInjector::allocations_seen() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return allocations_;
+}
+
+std::uint64_t FaultInjector::failures_injected() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return failures_injected_;
 }
 
 FaultInjector& fault_injector() {

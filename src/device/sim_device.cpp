@@ -33,6 +33,10 @@ std::string SimDevice::description() const {
     return "sim (simulated accelerator, budget " + format_bytes_human(allocator_.budget()) + ")";
 }
 
+std::string SimDevice::hardware_name() const {
+    return "sim";
+}
+
 c10::Device SimDevice::torch_device() const {
     return c10::Device(c10::DeviceType::CPU);
 }

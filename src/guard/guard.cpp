@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 
 #include "loom/core/byte_size.h"
@@ -115,6 +116,8 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
         std::exception_ptr failure;
         bucket_.reset();
         device_.reset_peak();  // the attempt's own peak: what was in use when it failed
+        const std::uint64_t injected_before = fault_injector().failures_injected();
+        const auto started = std::chrono::steady_clock::now();
         {
             PhaseScope scope(phase, step);
             try {
@@ -126,6 +129,11 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
         run_peak_ = std::max(run_peak_, device_.stats().peak_allocated);
         if (!failure) {
             if (work == Work::kSave) history_.save_retries = 0;
+            if (phase == Phase::kTrainStep) {
+                step_seconds_on_plan_ +=
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                        .count();
+            }
             return;
         }
         // Outside the catch block: the attempt's stack, and every tensor it held, is gone.
@@ -137,6 +145,19 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
         device_.empty_cache();
         ++ooms_;
         events_.oom(event, describe(plan_));
+        if (options_.store != nullptr) {
+            OomFacts facts;
+            facts.phase = to_string(phase);
+            facts.step = step;
+            facts.kind = kind_name(kind);
+            facts.bytes_requested = event.bytes_requested;
+            facts.in_use = event.memory.peak_allocated;
+            facts.total = event.memory.total;
+            facts.plan = plan_;
+            facts.injected = fault_injector().failures_injected() != injected_before;
+            facts.message = event.message;
+            options_.store->oom(facts);
+        }
         log().warn("out of memory in {}{} ({}): {}", to_string(phase), step_text(step),
                    kind_name(kind), event.message);
         if (!options_.enabled) {
@@ -173,8 +194,7 @@ void Guard::apply(const Decision& d) {
         plan_ = d.plan;
         if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
         ++changes_;
-        steps_on_plan_ = 0;
-        stable_recorded_ = false;
+        plan_changed();
     }
     log().warn("plan change: {} (rule: {}) — {}", changes_text(d), d.rule, d.reason);
 }
@@ -236,8 +256,7 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
     plan_ = candidate;
     taken_.erase(std::next(change).base());
     if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
-    steps_on_plan_ = 0;
-    stable_recorded_ = false;
+    plan_changed();
     log().warn("scale-up: {} (undoing {}; probe peak {} of {})", knob_text, rule,
                format_bytes_human(m.peak_allocated), format_bytes_human(m.total));
     return true;
@@ -261,13 +280,26 @@ void Guard::finish(std::int64_t step) {
     if (!stable_recorded_ && steps_on_plan_ > 0) record_stable(step);
 }
 
+// A new plan starts its own count toward stability.
+void Guard::plan_changed() {
+    steps_on_plan_ = 0;
+    step_seconds_on_plan_ = 0.0;
+    stable_recorded_ = false;
+}
+
 void Guard::record_stable(std::int64_t step) {
     stable_recorded_ = true;
     const MemoryStats m = device_.stats();
+    const double steps_per_second =
+        step_seconds_on_plan_ > 0.0 ? double(steps_on_plan_) / step_seconds_on_plan_ : 0.0;
+    if (options_.store != nullptr) {
+        options_.store->stable({step, steps_on_plan_, run_peak_, steps_per_second, plan_});
+    }
     events_.record("stable", {{"step", step},
                               {"steps_on_plan", steps_on_plan_},
                               {"peak", run_peak_},
                               {"total", m.total},
+                              {"steps_per_second", steps_per_second},
                               {"plan", describe(plan_)}});
     if (options_.stable_file.empty()) return;
     std::ostringstream out;
@@ -279,6 +311,7 @@ void Guard::record_stable(std::int64_t step) {
         << "  device: \"" << device_.description() << "\"\n"
         << "  total_memory: " << m.total << "\n"
         << "  peak_allocated: " << run_peak_ << "\n"
+        << "  steps_per_second: " << steps_per_second << "\n"
         << "  loom_version: \"" << kVersion << "\"\n"
         << "  time: \"" << utc_timestamp_now() << "\"\n"
         << "plan:\n";

@@ -39,7 +39,13 @@ Plan plan_from_job(const config::ProcessConfig& process) {
     for (const auto& d : process.datasets) p.frames = std::max(p.frames, d.num_frames);
     // low_vram: true starts at the first sub-mode (encoders on the host); quantize: true maps
     // to bf16 base weights (level 2) until loom quantizes for real.
-    p.low_vram = process.model.quantize ? 2 : process.model.low_vram ? 1 : 0;
+    p.low_vram = std::max(process.model.quantize   ? 2
+                          : process.model.low_vram ? 1
+                                                   : 0,
+                          process.oom.low_vram_level);
+    p.max_bucket_pixels = process.oom.max_bucket_pixels;
+    p.host.memory_caches = process.oom.host_memory_caches;
+    p.host.threads = process.oom.host_threads;
     const config::SampleConfig& s = process.sample;
     p.sample.enabled =
         !process.train.disable_sampling && (!s.prompts.empty() || !s.samples.empty());
@@ -50,6 +56,8 @@ Plan plan_from_job(const config::ProcessConfig& process) {
         p.sample.height = std::max(p.sample.height, item.height.value_or(0));
     }
     p.sample.frames = s.num_frames;
+    p.sample.batch_prompts = process.oom.sample_batch_prompts;
+    p.sample.batch_guidance = process.oom.sample_batch_guidance;
     return p;
 }
 

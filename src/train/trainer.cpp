@@ -27,9 +27,12 @@
 #include "loom/guard/event_log.h"
 #include "loom/guard/guard.h"
 #include "loom/guard/plan.h"
+#include "loom/guard/plan_reuse.h"
+#include "loom/guard/plan_store.h"
 #include "loom/io/atomic_file.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
+#include "loom/model/model_fingerprint.h"
 #include "loom/model/stable_diffusion.h"
 #include "loom/train/adamw.h"
 #include "loom/train/checkpoint_state.h"
@@ -114,10 +117,13 @@ class Trainer final : public guard::GuardedTarget {
     Trainer(const config::Job& job, std::size_t index, const TrainOverrides& overrides)
         : job_(job),
           process_(job.config.process.at(index)),
+          index_(index),
           overrides_(overrides),
           run_(*process_.training_folder, *process_.name) {}
 
     TrainSummary run();
+    // The run ended by an error: the store hears "failed" (the error itself propagates).
+    void record_failure() noexcept;
 
     // guard::GuardedTarget
     void release_after_oom() override;
@@ -126,7 +132,11 @@ class Trainer final : public guard::GuardedTarget {
 
   private:
     void set_aside_old_state();
-    guard::Plan initial_plan() const;
+    guard::Plan initial_plan();
+    std::optional<guard::PlanKey> plan_key() const;
+    std::optional<guard::Plan> reuse_from_store(const guard::Plan& job_plan);
+    void record_end(const std::string& status);
+    void finish_summary(TrainSummary& summary) const;
     guard::PolicyContext policy_context() const;
     void open_device();
     void load_model();
@@ -162,6 +172,7 @@ class Trainer final : public guard::GuardedTarget {
 
     const config::Job& job_;
     const config::ProcessConfig& process_;
+    std::size_t index_;
     TrainOverrides overrides_;
     RunFolder run_;
     std::unique_ptr<Device> device_;
@@ -189,6 +200,9 @@ class Trainer final : public guard::GuardedTarget {
     NoiseSchedule noise_schedule_;
     std::int64_t step_ = 0;
     bool resumed_ = false;
+    std::optional<guard::PlanKey> key_;  // the store's key (with a store and a readable model)
+    guard::PlanStore* store_ = nullptr;  // set once the run is recorded there
+    std::optional<std::int64_t> reused_stable_id_;
 };
 
 // --fresh starts over: the old run's checkpoints would otherwise be resumed by the next rerun
@@ -201,9 +215,52 @@ void Trainer::set_aside_old_state() {
     log().info("--fresh: the previous checkpoints moved to {}", aside.string());
 }
 
-guard::Plan Trainer::initial_plan() const {
+// The store's key for this run: computed from files and the device, before any weight is
+// loaded, so a reused plan also governs the load. nullopt when the model cannot be read (the
+// load reports that properly).
+std::optional<guard::PlanKey> Trainer::plan_key() const {
+    guard::PlanKey key;
+    key.arch = process_.model.arch.value_or("");
+    try {
+        key.model_fingerprint = model_fingerprint(process_.model.name_or_path);
+    } catch (const Error& e) {
+        log().debug("no stable-store key: {}", e.what());
+        return std::nullopt;
+    }
+    key.device_name = device_->hardware_name();
+    key.total_memory = device_->stats().total;
+    key.dtype = process_.train.dtype;
+    key.rank = process_.network.linear;
+    for (const config::DatasetConfig& d : process_.datasets) {
+        for (int r : d.resolution) key.max_resolution = std::max(key.max_resolution, r);
+        key.frames = std::max(key.frames, d.num_frames);
+    }
+    return key;
+}
+
+// oom.reuse_stable: auto — when the store saw a comparable plan fail for this key, start from
+// its stable plan (only ever lighter than the job's), knob by knob in the log.
+std::optional<guard::Plan> Trainer::reuse_from_store(const guard::Plan& job_plan) {
+    if (!key_ || process_.oom.reuse_stable != "auto") return std::nullopt;
+    const std::optional<guard::Reuse> reuse =
+        guard::reuse_stable_plan(job_plan, overrides_.plan_store->known_plans(*key_));
+    if (!reuse) return std::nullopt;
+    log().warn("{}:", reuse->reason);
+    for (const guard::KnobChange& c : reuse->changes) {
+        log().warn("  {}: {} -> {}", c.knob, c.from, c.to);
+    }
+    events_->record("reuse", {{"stable_id", reuse->stable_id},
+                              {"reason", reuse->reason},
+                              {"plan", guard::describe(reuse->plan)}});
+    reused_stable_id_ = reuse->stable_id;
+    return reuse->plan;
+}
+
+guard::Plan Trainer::initial_plan() {
     const guard::Plan job_plan = guard::plan_from_job(process_);
-    if (overrides_.fresh || !fs::exists(run_.plan_yaml())) return job_plan;
+    if (overrides_.fresh || !fs::exists(run_.plan_yaml())) {
+        return reuse_from_store(job_plan).value_or(job_plan);
+    }
     guard::Plan p = guard::load_plan(run_.plan_yaml());
     // A persisted plan only ever makes the job lighter; what the job asks for now still counts
     // where it is the lighter choice, and the batch semantics are the job's.
@@ -855,6 +912,29 @@ void Trainer::write_metrics(std::int64_t step, double loss, double lr, double se
     out << line.dump() << "\n";
 }
 
+void Trainer::finish_summary(TrainSummary& summary) const {
+    summary.end_step = step_;
+    summary.ooms = guard_->oom_count();
+    summary.plan_changes = guard_->change_count();
+    summary.final_plan = guard::describe(plan());
+    summary.reused_stable_id = reused_stable_id_;
+}
+
+void Trainer::record_end(const std::string& status) {
+    if (store_ == nullptr) return;
+    store_->run_finished(
+        {status, step_, guard_ ? guard_->oom_count() : 0, guard_ ? plan() : guard::Plan{}});
+    store_ = nullptr;  // one end per run
+}
+
+void Trainer::record_failure() noexcept {
+    try {
+        record_end("failed");
+    } catch (...) {
+        // The run's own error is what the user must see; the store reports its problems itself.
+    }
+}
+
 TrainSummary Trainer::run() {
     TrainSummary summary;
     if (overrides_.fresh) set_aside_old_state();
@@ -864,6 +944,7 @@ TrainSummary Trainer::run() {
     log().info("loom {} — run folder {}", kVersion, run_.root().string());
     events_ = std::make_unique<guard::EventLog>(run_.events_jsonl());
     open_device();
+    if (overrides_.plan_store != nullptr) key_ = plan_key();
     guard::GuardOptions options;
     options.enabled = process_.oom.enabled;
     options.context = policy_context();
@@ -871,6 +952,7 @@ TrainSummary Trainer::run() {
     options.stable_file = run_.stable_yaml();
     options.stable_after = process_.oom.stable_after;
     options.scale_up = process_.oom.scale_up;
+    options.store = key_ ? overrides_.plan_store : nullptr;
     guard_ = std::make_unique<guard::Guard>(*device_, initial_plan(), options, *events_);
     guard_->set_target(this);
     if (plan().host.threads > 0) at::set_num_threads(plan().host.threads);
@@ -879,6 +961,12 @@ TrainSummary Trainer::run() {
                               {"total", device_->stats().total},
                               {"plan", guard::describe(plan())},
                               {"fresh", overrides_.fresh}});
+    if (key_) {
+        overrides_.plan_store->run_started({*key_, *process_.name,
+                                            fs::absolute(run_.root()).string(),
+                                            config::emit_job_yaml(job_), index_, plan()});
+        store_ = overrides_.plan_store;
+    }
     guard_->check_device_clean();
     guard_->run(Phase::kLoad, std::nullopt, [&] {
         network_.reset();
@@ -934,10 +1022,8 @@ TrainSummary Trainer::run() {
             log().info("{}", line);
         }
         if (overrides_.stop_after_steps && ran >= *overrides_.stop_after_steps) {
-            summary.end_step = step_;
-            summary.ooms = guard_->oom_count();
-            summary.plan_changes = guard_->change_count();
-            summary.final_plan = guard::describe(plan());
+            finish_summary(summary);
+            record_end("stopped");
             return summary;  // as if killed: no final save
         }
         const bool stop = overrides_.stop_requested != nullptr && overrides_.stop_requested->load();
@@ -948,11 +1034,9 @@ TrainSummary Trainer::run() {
             log().warn("stopped at step {} on request; checkpoint saved, rerun the job to resume",
                        step_);
             events_->record("interrupted", {{"step", step_}});
-            summary.end_step = step_;
+            finish_summary(summary);
             summary.interrupted = true;
-            summary.ooms = guard_->oom_count();
-            summary.plan_changes = guard_->change_count();
-            summary.final_plan = guard::describe(plan());
+            record_end("interrupted");
             close_log_files();
             return summary;
         }
@@ -966,11 +1050,9 @@ TrainSummary Trainer::run() {
     guard_->run(Phase::kSave, step_, [&] { save(step_, true); });
     guard_->run(Phase::kSample, step_, [&] { sample(step_); });
     guard_->finish(step_);
-    summary.end_step = step_;
+    finish_summary(summary);
     summary.final_lora = run_.final_lora();
-    summary.ooms = guard_->oom_count();
-    summary.plan_changes = guard_->change_count();
-    summary.final_plan = guard::describe(plan());
+    record_end("completed");
     log().info("done: {} (LoRA {}, samples {}, events {}, plan {}{})", run_.root().string(),
                run_.final_lora().string(), run_.samples_dir().string(),
                run_.events_jsonl().string(), run_.plan_yaml().string(),
@@ -994,6 +1076,7 @@ TrainSummary train_process(const config::Job& job, std::size_t index,
     try {
         return trainer.run();
     } catch (...) {
+        trainer.record_failure();
         close_log_files();  // the run folder's loom.log has the error's lead-up; release it
         throw;
     }

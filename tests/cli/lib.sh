@@ -3,6 +3,9 @@
 #   source "$(dirname "$0")/lib.sh"; make_fixture MAKE_TINY_FIXTURE
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
+# Each script has its own stable-config store: runs of one test never start from plans another
+# test (or the user) recorded.
+export LOOM_HOME="$TMP/home"
 pass=0; fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }

@@ -6,6 +6,7 @@ set -u
 LOOM="$1"; FIXTURE="$2"; PARITY="$3"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
+export LOOM_HOME="$TMP/home"  # a store of its own: no plan recorded elsewhere is reused
 "$FIXTURE" "$TMP/fixture" >/dev/null || { echo "FAIL fixture"; exit 1; }
 cat >"$TMP/job.yaml" <<YAML
 job: extension

@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "loom/config/emit.h"
 #include "loom/config/load.h"
 #include "loom/core/error.h"
+#include "loom/guard/job_with_plan.h"
 #include "loom/guard/plan.h"
 
 namespace loom::guard {
@@ -175,6 +177,49 @@ TEST(Plan, DescribeSaysEveryKnob) {
     EXPECT_EQ(s,
               "gradient_checkpointing true, batch 1 x 6 accumulation, buckets 512x512 px, "
               "low_vram 0, sampling 256x320 one prompt at a time");
+}
+
+// loom stable export: a plan written into the job comes back out of it, also after the job
+// went through YAML, with the ai-toolkit keys set where ai-toolkit has them.
+TEST(JobWithPlan, PlanFromJobReadsBackThePlanItWrote) {
+    const config::Job job = config::load_job_text(kJob, "job.yaml").job;
+    Plan heavy_end = sample_plan();
+    heavy_end.low_vram = 3;
+    heavy_end.host.memory_caches = false;
+    heavy_end.host.threads = 2;
+    heavy_end.sample.batch_guidance = false;
+    Plan sampling_off = sample_plan();
+    sampling_off.sample.enabled = false;
+    for (const Plan& plan :
+         {sample_plan(), heavy_end, sampling_off, plan_from_job(job.config.process[0])}) {
+        const config::Job with = job_with_plan(job, 0, plan);
+        EXPECT_EQ(plan_from_job(with.config.process[0]), plan) << describe(plan);
+        const config::Job reread =
+            config::load_job_text(config::emit_job_yaml(with), "exported.yaml").job;
+        EXPECT_EQ(plan_from_job(reread.config.process[0]), plan) << describe(plan);
+    }
+}
+
+TEST(JobWithPlan, UsesTheAiToolkitKeysWhereTheyExist) {
+    const config::Job job = config::load_job_text(kJob, "job.yaml").job;
+    Plan plan = sample_plan();
+    plan.low_vram = 1;
+    const config::ProcessConfig p = job_with_plan(job, 0, plan).config.process[0];
+    EXPECT_TRUE(p.train.gradient_checkpointing);
+    EXPECT_EQ(p.train.batch_size, 1);
+    EXPECT_EQ(p.datasets[0].batch_size, 1);
+    EXPECT_EQ(p.train.gradient_accumulation, 6);
+    EXPECT_TRUE(p.model.low_vram);
+    EXPECT_EQ(p.sample.width, 256);
+    EXPECT_EQ(p.sample.samples[0].width, 256);  // the 1024-wide preview is capped
+    EXPECT_FALSE(p.train.disable_sampling);
+    EXPECT_EQ(p.oom.max_bucket_pixels, 512 * 512);
+    EXPECT_FALSE(p.oom.sample_batch_prompts);
+    // Everything else is the job's.
+    EXPECT_EQ(p.train.steps, 10);
+    EXPECT_EQ(p.datasets[0].resolution, (std::vector<int>{512, 768}));
+    EXPECT_EQ(p.sample.prompts.size(), 2u);
+    EXPECT_THROW(job_with_plan(job, 1, plan), Error);
 }
 
 }  // namespace

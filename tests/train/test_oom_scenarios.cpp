@@ -20,6 +20,7 @@
 #include "loom/core/error.h"
 #include "loom/device/faults.h"
 #include "loom/guard/plan.h"
+#include "loom/guard/plan_store.h"
 #include "loom/model/tensor_file.h"
 #include "loom/train/trainer.h"
 #include "tiny_sd.h"
@@ -85,6 +86,39 @@ struct JobSpec {
     bool scale_up = false;
     int stable_after = 50;
     std::optional<int> preset_low_vram;  // start from a plan.yaml with this low_vram level
+    std::string reuse_stable = "auto";
+};
+
+// The stable-config store in memory (the SQLite one has its own tests in tests/store): what
+// the trainer reports, and the known plans it is asked for, as the store answers them.
+class MemoryPlanStore final : public guard::PlanStore {
+  public:
+    struct Run {
+        guard::RunFacts facts;
+        std::vector<guard::OomFacts> ooms;
+        std::vector<guard::StableFacts> stables;
+        std::optional<guard::RunEnd> end;
+    };
+    std::vector<Run> runs;
+
+    guard::KnownPlans known_plans(const guard::PlanKey& key) override {
+        guard::KnownPlans k;
+        std::int64_t id = 0;
+        for (const Run& r : runs) {
+            if (r.facts.key != key) continue;
+            for (const guard::OomFacts& o : r.ooms) {
+                if (!o.injected) k.failed.push_back(o.plan);
+            }
+            for (const guard::StableFacts& st : r.stables) {
+                k.stable = guard::StoredStable{++id, st.plan, r.facts.name, "now"};
+            }
+        }
+        return k;
+    }
+    void run_started(const guard::RunFacts& run) override { runs.push_back({run, {}, {}, {}}); }
+    void oom(const guard::OomFacts& oom) override { runs.back().ooms.push_back(oom); }
+    void stable(const guard::StableFacts& st) override { runs.back().stables.push_back(st); }
+    void run_finished(const guard::RunEnd& end) override { runs.back().end = end; }
 };
 
 class OomScenarios : public ::testing::Test {
@@ -135,14 +169,17 @@ class OomScenarios : public ::testing::Test {
           << "        vram_limit: " << s.vram << "\n"
           << "        probe: " << (s.probe ? "true" : "false") << "\n"
           << "        scale_up: " << (s.scale_up ? "true" : "false") << "\n"
-          << "        stable_after: " << s.stable_after << "\n";
+          << "        stable_after: " << s.stable_after << "\n"
+          << "        reuse_stable: " << s.reuse_stable << "\n";
         return config::load_job_text(y.str(), s.name + ".yaml").job;
     }
 
-    static TrainSummary train(const JobSpec& s, bool fresh = true) {
+    static TrainSummary train(const JobSpec& s, bool fresh = true,
+                              guard::PlanStore* store = nullptr) {
         TrainOverrides o;
         o.progress_line = false;
         o.fresh = fresh;
+        o.plan_store = store;
         const config::Job j = job(s);
         if (s.preset_low_vram) {
             guard::Plan p = guard::plan_from_job(j.config.process.at(0));
@@ -570,6 +607,79 @@ TEST_F(OomScenarios, HostOomMovesCachesToDiskAndNeverTouchesDeviceKnobs) {
     EXPECT_FALSE(p.gradient_checkpointing);
     EXPECT_EQ(p.batch_size, 4);
     EXPECT_TRUE(fs::exists(run_folder("host") / "cache"));  // text embeddings on disk now
+}
+
+// The stable-config store (issue 8): a job that downgraded in its first run starts its second
+// run (same job, new name) from the stable plan, with zero OOMs; with oom.reuse_stable: off it
+// pays for them again.
+TEST_F(OomScenarios, SecondRunStartsFromTheStoresStablePlanWithoutAnOom) {
+    JobSpec s;
+    s.name = "store_first";
+    s.probe = false;
+    s.steps = 3;
+    s.vram = budget_needing_batch_one(s);
+    MemoryPlanStore store;
+    const TrainSummary first = train(s, true, &store);
+    EXPECT_EQ(first.ooms, 2);
+    ASSERT_EQ(store.runs.size(), 1u);
+    const MemoryPlanStore::Run recorded = store.runs[0];  // a copy: the next run adds to runs
+    EXPECT_EQ(recorded.facts.name, "store_first");
+    EXPECT_EQ(recorded.facts.key.arch, "sd1");
+    EXPECT_EQ(recorded.facts.key.device_name, "sim");
+    EXPECT_EQ(recorded.facts.key.rank, 4);
+    EXPECT_EQ(recorded.facts.key.max_resolution, 64);
+    EXPECT_EQ(recorded.facts.key.model_fingerprint.size(), 64u);
+    EXPECT_NE(recorded.facts.job_yaml.find("store_first"), std::string::npos);
+    ASSERT_EQ(recorded.ooms.size(), 2u);
+    EXPECT_FALSE(recorded.ooms[0].injected);  // the budget, not a fault rule
+    EXPECT_EQ(recorded.ooms[0].phase, "train_step");
+    EXPECT_EQ(recorded.ooms[0].plan, recorded.facts.plan);  // the job's plan failed first
+    ASSERT_EQ(recorded.stables.size(), 1u);
+    const guard::Plan stable = recorded.stables[0].plan;
+    EXPECT_TRUE(stable.gradient_checkpointing);
+    EXPECT_EQ(stable.batch_size, 1);
+    EXPECT_GT(recorded.stables[0].steps_per_second, 0.0);
+    ASSERT_TRUE(recorded.end);
+    EXPECT_EQ(recorded.end->status, "completed");
+    EXPECT_EQ(recorded.end->steps, 3);
+
+    s.name = "store_second";
+    const TrainSummary second = train(s, true, &store);
+    EXPECT_EQ(second.ooms, 0);
+    EXPECT_EQ(second.end_step, 3);
+    EXPECT_EQ(second.reused_stable_id, 1);
+    ASSERT_EQ(store.runs.size(), 2u);
+    EXPECT_EQ(store.runs[1].facts.key, recorded.facts.key);
+    EXPECT_EQ(store.runs[1].facts.plan, stable);
+    EXPECT_EQ(guard::load_plan(run_folder("store_second") / "plan.yaml"), stable);
+    EXPECT_EQ(events_named(read_events(run_folder("store_second")), "reuse").size(), 1u);
+    std::ifstream log(run_folder("store_second") / "loom.log");
+    const std::string text((std::istreambuf_iterator<char>(log)), {});
+    EXPECT_NE(text.find("train.gradient_checkpointing: false -> true"), std::string::npos);
+    EXPECT_NE(text.find("train.batch_size: 4 -> 1"), std::string::npos);
+
+    s.name = "store_off";
+    s.reuse_stable = "off";
+    EXPECT_EQ(train(s, true, &store).ooms, 2);
+}
+
+// An OOM a fault rule raised is recorded as injected: it says nothing about what fits, so the
+// next run of the job does not start lighter because of it.
+TEST_F(OomScenarios, InjectedOomsAreRecordedButDoNotDriveReuse) {
+    JobSpec s;
+    s.name = "store_injected";
+    s.probe = false;
+    s.steps = 2;
+    MemoryPlanStore store;
+    fault_injector().configure(parse_faults("oom:phase=train_step:step=1:times=1"));
+    EXPECT_EQ(train(s, true, &store).ooms, 1);
+    fault_injector().clear();
+    ASSERT_EQ(store.runs.at(0).ooms.size(), 1u);
+    EXPECT_TRUE(store.runs[0].ooms[0].injected);
+    s.name = "store_injected_again";
+    const TrainSummary again = train(s, true, &store);
+    EXPECT_FALSE(again.reused_stable_id);
+    EXPECT_EQ(store.runs.at(1).facts.plan, guard::plan_from_job(job(s).config.process[0]));
 }
 
 }  // namespace

@@ -588,6 +588,16 @@ struct OomConfig {
     bool scale_up = false;                 // undo downgrades one at a time once stable
     std::string reuse_stable = "auto";     // start from the store's stable plan: auto | off
     int max_restarts = 3;                  // supervisor restarts after uncatchable deaths
+    // Memory knobs of the starting plan that have no ai-toolkit key (`loom stable export`
+    // writes them; guard::plan_from_job reads them): buckets above this many pixels inactive,
+    // the low-VRAM sub-mode (model.low_vram: true is 1, model.quantize: true is 2), preview
+    // batching, and the host RAM knobs.
+    std::optional<std::int64_t> max_bucket_pixels;
+    int low_vram_level = 0;
+    bool sample_batch_prompts = true;
+    bool sample_batch_guidance = true;
+    bool host_memory_caches = true;
+    int host_threads = 0;  // 0: LibTorch's default
 
     template <class V>
     static void fields(V& v) {
@@ -598,6 +608,12 @@ struct OomConfig {
         v("scale_up", &OomConfig::scale_up);
         v("reuse_stable", &OomConfig::reuse_stable, OneOf{{"auto", "off"}});
         v("max_restarts", &OomConfig::max_restarts, AtLeast{0});
+        v("max_bucket_pixels", &OomConfig::max_bucket_pixels, AtLeast{64});
+        v("low_vram_level", &OomConfig::low_vram_level, AtLeast{0}, AtMost{3});
+        v("sample_batch_prompts", &OomConfig::sample_batch_prompts);
+        v("sample_batch_guidance", &OomConfig::sample_batch_guidance);
+        v("host_memory_caches", &OomConfig::host_memory_caches);
+        v("host_threads", &OomConfig::host_threads, AtLeast{0});
     }
 };
 

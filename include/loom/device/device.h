@@ -27,6 +27,9 @@ class Device {
     const DeviceSpec& spec() const { return spec_; }
     // "sim (budget 96.00 MiB)", "cuda:0 (NVIDIA H200)", "cpu".
     virtual std::string description() const = 0;
+    // The hardware, without budgets or ordinals: "NVIDIA H200", "sim", "cpu" (the stable-config
+    // store's key: two cards of one model are the same device).
+    virtual std::string hardware_name() const = 0;
     // The c10 device tensors are placed on (kCPU for sim and cpu).
     virtual c10::Device torch_device() const = 0;
 

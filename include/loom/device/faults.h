@@ -79,6 +79,9 @@ class FaultInjector {
 
     // Device allocations seen since configure().
     std::uint64_t allocations_seen() const;
+    // Allocations (device or host) a rule has failed since configure(): an OOM that happened
+    // while this count rose was injected, not the device running out.
+    std::uint64_t failures_injected() const;
 
   private:
     mutable std::mutex mutex_;
@@ -87,6 +90,7 @@ class FaultInjector {
     Phase phase_ = Phase::kNone;
     std::optional<std::int64_t> step_;
     std::uint64_t allocations_ = 0;
+    std::uint64_t failures_injected_ = 0;
     std::vector<std::mt19937_64> rngs_;  // per rule (flaky)
 };
 

@@ -2,7 +2,7 @@
 
 // events.jsonl: one JSON object per line, appended and flushed as it happens, so a killed run
 // keeps every line written before it died (DESIGN.md "Run folder"). Every line has "time"
-// (ISO 8601 UTC, milliseconds) and "event": oom, change, probe, stable, save, start,
+// (ISO 8601 UTC, milliseconds) and "event": oom, change, probe, stable, reuse, save, start,
 // does_not_fit, worker_state, host_memory. `loom doctor` and the benchmarks read it back.
 
 #include <cstdint>

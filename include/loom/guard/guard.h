@@ -26,6 +26,7 @@
 #include "loom/guard/event_log.h"
 #include "loom/guard/ladder_policy.h"
 #include "loom/guard/plan.h"
+#include "loom/guard/plan_store.h"
 
 namespace loom::guard {
 
@@ -49,6 +50,8 @@ struct GuardOptions {
     int stable_after = 50;              // steps on one plan before it is recorded as stable
     bool scale_up = false;              // oom.scale_up: undo changes once stable
     double scale_up_headroom = 0.10;    // a scale-up probe must leave this share of memory free
+    // The stable-config store: told of each OOM and each stable plan (nullptr: none).
+    PlanStore* store = nullptr;
 };
 
 class Guard {
@@ -97,6 +100,7 @@ class Guard {
                         const std::exception_ptr& failure) const;
     void apply(const Decision& decision);
     void record_stable(std::int64_t step);
+    void plan_changed();
 
     Device& device_;
     Plan plan_;
@@ -108,6 +112,7 @@ class Guard {
     std::set<std::int64_t> step_buckets_;        // areas noted during the running step
     bool after_sample_ = false;
     std::int64_t steps_on_plan_ = 0;
+    double step_seconds_on_plan_ = 0.0;  // the successful training attempts' own time
     bool stable_recorded_ = false;
     // Changes taken, oldest first: the plan before and after each, and whether scale-up pinned it.
     struct Taken {

@@ -19,6 +19,10 @@
 
 namespace loom {
 
+namespace guard {
+class PlanStore;
+}
+
 struct TrainOverrides {
     std::optional<std::string> device;  // --device, over process.device
     std::optional<std::uint64_t> vram;  // --vram, over oom.vram_limit
@@ -30,6 +34,9 @@ struct TrainOverrides {
     // Set (by a SIGINT/SIGTERM handler) to stop after the running step: a checkpoint is saved
     // and the run returns with `interrupted` set; rerunning the job resumes from there.
     const std::atomic<bool>* stop_requested = nullptr;
+    // The stable-config store (loom/store): told of the run, its OOMs and stable plans, and
+    // asked at the start for a known stable plan (oom.reuse_stable). nullptr: no store.
+    guard::PlanStore* plan_store = nullptr;
 };
 
 struct TrainSummary {
@@ -38,11 +45,12 @@ struct TrainSummary {
     std::int64_t start_step = 0;       // the step this invocation started from
     std::int64_t end_step = 0;
     bool resumed = false;
-    bool interrupted = false;    // stopped by stop_requested after a checkpoint
-    std::vector<double> losses;  // per step of this invocation
-    int ooms = 0;                // out-of-memory errors recovered from
-    int plan_changes = 0;        // ladder rungs taken
-    std::string final_plan;      // guard::describe of the plan the run ended on
+    bool interrupted = false;                      // stopped by stop_requested after a checkpoint
+    std::vector<double> losses;                    // per step of this invocation
+    int ooms = 0;                                  // out-of-memory errors recovered from
+    int plan_changes = 0;                          // ladder rungs taken
+    std::string final_plan;                        // guard::describe of the plan the run ended on
+    std::optional<std::int64_t> reused_stable_id;  // the store's stable plan the run started from
 };
 
 TrainSummary train_process(const config::Job& job, std::size_t process_index,

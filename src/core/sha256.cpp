@@ -1,9 +1,9 @@
-#include "loom/data/sha256.h"
+#include "loom/core/sha256.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace loom::data {
+namespace loom {
 
 namespace {
 
@@ -81,16 +81,20 @@ std::array<std::uint8_t, 32> Sha256::finish() {
     return out;
 }
 
-std::string sha256_hex(std::string_view bytes) {
-    Sha256 sha;
-    sha.update(bytes);
+std::string Sha256::finish_hex() {
     static const char* kHex = "0123456789abcdef";
     std::string out;
-    for (std::uint8_t b : sha.finish()) {
+    for (std::uint8_t b : finish()) {
         out += kHex[b >> 4];
         out += kHex[b & 15];
     }
     return out;
 }
 
-}  // namespace loom::data
+std::string sha256_hex(std::string_view bytes) {
+    Sha256 sha;
+    sha.update(bytes);
+    return sha.finish_hex();
+}
+
+}  // namespace loom

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace loom::data {
+namespace loom {
 
 // Incremental form, for files read in pieces. Not thread-safe per instance.
 class Sha256 {
@@ -18,6 +18,8 @@ class Sha256 {
     void update(std::string_view bytes);
     // The digest; the object must not be updated afterwards.
     std::array<std::uint8_t, 32> finish();
+    // The digest as 64 lowercase hex digits; likewise the last call on the object.
+    std::string finish_hex();
 
   private:
     void block(const std::uint8_t* p);
@@ -31,4 +33,4 @@ class Sha256 {
 // 64 lowercase hex digits.
 std::string sha256_hex(std::string_view bytes);
 
-}  // namespace loom::data
+}  // namespace loom

@@ -1,0 +1,50 @@
+#include "loom/guard/job_with_plan.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+
+namespace loom::guard {
+
+config::Job job_with_plan(const config::Job& job, std::size_t process_index, const Plan& plan) {
+    if (process_index >= job.config.process.size()) {
+        throw Error("job_with_plan: the job has " + std::to_string(job.config.process.size()) +
+                    " process entries, not " + std::to_string(process_index + 1));
+    }
+    config::Job out = job;
+    config::ProcessConfig& p = out.config.process[process_index];
+
+    p.train.gradient_checkpointing = plan.gradient_checkpointing;
+    p.train.batch_size = plan.batch_size;
+    p.train.gradient_accumulation = plan.gradient_accumulation;
+    for (config::DatasetConfig& d : p.datasets) {
+        if (d.batch_size) d.batch_size = plan.batch_size;
+        d.num_frames = std::min(d.num_frames, plan.frames);
+    }
+
+    // model.low_vram / model.quantize are what ai-toolkit users know; the level says exactly
+    // which sub-modes (quantize only ever means level 2 or more in loom).
+    p.model.low_vram = plan.low_vram >= 1;
+    if (plan.low_vram < 2) p.model.quantize = false;
+    p.oom.low_vram_level = plan.low_vram;
+    p.oom.max_bucket_pixels = plan.max_bucket_pixels;
+
+    config::SampleConfig& s = p.sample;
+    const bool has_prompts = !s.prompts.empty() || !s.samples.empty();
+    if (has_prompts) p.train.disable_sampling = !plan.sample.enabled;
+    s.width = plan.sample.width;
+    s.height = plan.sample.height;
+    for (config::SampleItem& item : s.samples) {
+        if (item.width) item.width = std::min(*item.width, plan.sample.width);
+        if (item.height) item.height = std::min(*item.height, plan.sample.height);
+    }
+    s.num_frames = plan.sample.frames;
+    p.oom.sample_batch_prompts = plan.sample.batch_prompts;
+    p.oom.sample_batch_guidance = plan.sample.batch_guidance;
+
+    p.oom.host_memory_caches = plan.host.memory_caches;
+    p.oom.host_threads = plan.host.threads;
+    return out;
+}
+
+}  // namespace loom::guard
