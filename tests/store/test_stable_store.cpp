@@ -349,6 +349,11 @@ TEST(StableStoreRecord, FinishRunRecordsTheEnd) {
     end.status = "completed";
     EXPECT_THROW(store.finish_run(run + 1, end), StoreError);
     EXPECT_EQ(query_text(file, "SELECT status FROM runs"), "interrupted");
+
+    // --stop-after ends a run as "stopped" (as if killed); the schema accepts it.
+    end.status = "stopped";
+    store.finish_run(run, end);
+    EXPECT_EQ(query_text(file, "SELECT status FROM runs"), "stopped");
 }
 
 TEST(StableStoreRecord, OomRowsKeepEveryField) {
