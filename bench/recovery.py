@@ -49,7 +49,7 @@ config:
         disable_sampling: true
       model: {{name_or_path: {work}/fixture/model, arch: sd1}}
       sample: {{prompts: ['x']}}
-      oom: {{vram_limit: {vram}, probe: {str(probe).lower()}}}
+      oom: {{vram_limit: {vram}, probe: {str(probe).lower()}, reuse_stable: "off"}}
 """
 
 
@@ -128,8 +128,9 @@ def main():
     steps = int(sys.argv[4]) if len(sys.argv) > 4 else 40
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    # A stable-config store of the benchmark's own: every run must meet its OOMs, not start
-    # from plans an earlier run (or the user's jobs) recorded.
+    # A stable-config store of the benchmark's own, and reuse_stable off in every job: the
+    # scenarios share a store key, and each run must meet its OOMs, not start from the plan an
+    # earlier scenario (or the user's jobs) recorded as stable.
     os.environ["LOOM_HOME"] = os.path.join(work, "home")
     subprocess.run([fixture, os.path.join(work, "fixture")], check=True, capture_output=True)
     add_images(os.path.join(work, "uniform"), 4, 48)

@@ -3,8 +3,11 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <unordered_set>
+
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
+#include "loom/device/sim_allocator.h"
 #include "loom/model/adaptable_layers.h"
 
 namespace loom {
@@ -16,10 +19,13 @@ const Logger& log() {
     return l;
 }
 
-// Every parameter and buffer of `module` to the device (device-resident on sim) or the host.
-void move(torch::nn::Module& module, const Device& device, bool to_device) {
+// Every parameter and buffer of `module` to the device (device-resident on sim) or the host,
+// except the weights that stream from the host (a tensor keeps its TensorImpl through set_data).
+void move(torch::nn::Module& module, const Device& device, bool to_device,
+          const std::unordered_set<const c10::TensorImpl*>& streamed = {}) {
     torch::NoGradGuard no_grad;
     for (auto& p : module.parameters()) {
+        if (streamed.count(p.unsafeGetTensorImpl()) != 0) continue;
         p.set_data(to_device ? device.to_device(p.data()) : device.to_host(p.data()));
     }
     for (auto& b : module.buffers()) {
@@ -56,7 +62,10 @@ void LowVramMode::encoders_to(bool device) {
     for (torch::nn::Module* m : encoders()) move(*m, device_, device);
 }
 
-void LowVramMode::base_to_bf16() {
+// Converts on the host, one tensor at a time: a device-resident weight goes to the host, is
+// converted there, lets go of its float32 device copy and comes back in bf16 — the device never
+// holds both copies, so raising the level when memory has just run out cannot itself run out.
+void LowVramMode::base_to_bf16(bool unet_on_device) {
     torch::NoGradGuard no_grad;
     std::size_t converted = 0;
     for (torch::nn::Module* m : std::initializer_list<torch::nn::Module*>{
@@ -64,10 +73,17 @@ void LowVramMode::base_to_bf16() {
              model_.text_encoder ? model_.text_encoder.get() : nullptr,
              model_.text_encoder_2 ? model_.text_encoder_2.get() : nullptr}) {
         if (m == nullptr) continue;
+        const bool on_device = unet_on_device && m == model_.unet.get();
         for (auto& p : m->parameters()) {
             // Frozen base weights only: the LoRA's own parameters train in float32.
             if (p.requires_grad() || p.scalar_type() != at::kFloat) continue;
-            p.set_data(p.data().to(at::kBFloat16));
+            at::Tensor half;
+            {
+                HostScope host;
+                half = (on_device ? device_.to_host(p.data()) : p.data()).to(at::kBFloat16);
+            }
+            p.set_data(half);  // the float32 copy is released here
+            if (on_device) p.set_data(device_.to_device(half));
             ++converted;
         }
     }
@@ -96,17 +112,23 @@ void LowVramMode::stream_blocks() {
             continue;
         }
         weight->set_data(device_.to_host(weight->data()));
-        if (bias->defined()) bias->set_data(device_.to_host(bias->data()));
+        streamed_.insert(weight->unsafeGetTensorImpl());
+        if (bias->defined()) {
+            bias->set_data(device_.to_host(bias->data()));
+            streamed_.insert(bias->unsafeGetTensorImpl());
+        }
         ++streamed;
     }
     log().info("{} UNet block layers stream their weights from the host", streamed);
 }
 
 void LowVramMode::place_model(int level) {
-    if (level >= 2) base_to_bf16();  // before placing: the device never holds the float32 copy
-    move(*model_.unet, device_, true);
-    if (level < 1) encoders_to(true);
+    if (level >= 2) base_to_bf16(false);  // still host-resident: the device never sees float32
+    // Streamed block weights never visit the device: loading must fit where training does, or
+    // the load phase's ladder (which raises low_vram) could not help.
     if (level >= 3) stream_blocks();
+    move(*model_.unet, device_, true, streamed_);
+    if (level < 1) encoders_to(true);
     level_ = level;
 }
 
@@ -116,7 +138,7 @@ void LowVramMode::raise_to(int level) {
                     " to " + std::to_string(level) + ")");
     }
     if (level_ < 1 && level >= 1 && encoder_scopes_ == 0) encoders_to(false);
-    if (level_ < 2 && level >= 2) base_to_bf16();
+    if (level_ < 2 && level >= 2) base_to_bf16(true);  // the UNet is on the device by now
     if (level_ < 3 && level >= 3) stream_blocks();
     level_ = level;
 }

@@ -41,6 +41,7 @@
 #include "loom/train/lr_schedule.h"
 #include "loom/train/preview_sampler.h"
 #include "loom/train/run_folder.h"
+#include "loom/train/step_times.h"
 
 namespace loom {
 
@@ -152,8 +153,9 @@ class Trainer final : public guard::GuardedTarget {
     void probe_candidate(const guard::Plan& candidate);
     StepWork draw_step(std::int64_t index);
     double train_step(const StepWork& work);
-    double forward_backward(const data::MicroBatch& micro, const std::vector<data::Batch>& batches,
-                            std::int64_t step_index, std::size_t step_items);
+    at::Tensor forward_backward(const data::MicroBatch& micro,
+                                const std::vector<data::Batch>& batches, std::int64_t step_index,
+                                std::size_t step_items);
     at::Tensor latent_for(const TrainingItem& item, data::BucketSize bucket);
     at::Tensor context_for(const std::string& caption);
     void save(std::int64_t step, bool final);
@@ -199,6 +201,8 @@ class Trainer final : public guard::GuardedTarget {
     LrSchedule schedule_;
     NoiseSchedule noise_schedule_;
     std::int64_t step_ = 0;
+    StepTimes step_times_;       // of the step's last (successful) attempt
+    std::ofstream metrics_out_;  // metrics.jsonl, open for the run: one line per step
     bool resumed_ = false;
     std::optional<guard::PlanKey> key_;  // the store's key (with a store and a readable model)
     guard::PlanStore* store_ = nullptr;  // set once the run is recorded there
@@ -296,7 +300,8 @@ guard::PolicyContext Trainer::policy_context() const {
 }
 
 void Trainer::release_after_oom() {
-    if (optimizer_) optimizer_->zero_grad();  // undefined, not zero-filled: nothing held
+    if (optimizer_) optimizer_->zero_grad();     // undefined, not zero-filled: nothing held
+    if (!low_vram_) model_ = StableDiffusion{};  // a load that failed mid-placement
 }
 
 void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
@@ -363,7 +368,12 @@ void Trainer::load_model() {
     options.dtype = is_bf16(process_.train.dtype) ? at::kBFloat16 : at::kFloat;
     low_vram_.reset();
     model_ = StableDiffusion{};  // a retried load first lets go of the failed attempt's weights
-    model_ = load_stable_diffusion(process_.model.name_or_path, options);
+    {
+        // Weights are read into host memory and placed by LowVramMode, as on a real device
+        // (on `sim` an unscoped host allocation would count against the budget).
+        HostScope host;
+        model_ = load_stable_diffusion(process_.model.name_or_path, options);
+    }
     if (model_.arch != arch && !(arch == "sd1" && model_.arch == "sd2")) {
         log().warn("the job says arch '{}' but {} is '{}'; using '{}'", arch,
                    process_.model.name_or_path, model_.arch, model_.arch);
@@ -376,8 +386,11 @@ void Trainer::load_model() {
         if (m == nullptr) continue;
         for (auto& p : m->parameters()) p.requires_grad_(false);  // frozen base
     }
-    low_vram_ = std::make_unique<LowVramMode>(model_, *device_);
-    low_vram_->place_model(plan().low_vram);
+    // low_vram_ exists only once the model is placed: after an OOM during placement the
+    // ladder's new level must not be applied to a half-placed model — the retry reloads.
+    auto placement = std::make_unique<LowVramMode>(model_, *device_);
+    placement->place_model(plan().low_vram);
+    low_vram_ = std::move(placement);
     model_.unet->set_gradient_checkpointing(plan().gradient_checkpointing);
     log().info("model: {} ({}), device memory after load: {}", process_.model.name_or_path,
                model_.arch, device_->stats().to_string());
@@ -595,25 +608,31 @@ double Trainer::train_step(const StepWork& work) {
         data::split_micro_batches(work.batches, order_->plan(), plan().batch_size);
     std::size_t total = 0;
     for (const auto& m : micro) total += m.slots.size();
+    step_times_ = {};
     optimizer_->zero_grad();
-    double loss = 0.0;
+    at::Tensor loss;
     for (const data::MicroBatch& m : micro) {
         guard_->note_bucket(m.bucket.width, m.bucket.height);
-        loss += forward_backward(m, work.batches, work.index, total);
+        const at::Tensor part = forward_backward(m, work.batches, work.index, total);
+        loss = loss.defined() ? loss + part : part;
     }
+    PhaseTimer timer(step_times_.optimizer);
     if (process_.train.max_grad_norm > 0) optimizer_->clip_grad_norm(process_.train.max_grad_norm);
     optimizer_->step(schedule_.lr_at(work.index));
     optimizer_->zero_grad();
     if (ema_) ema_->update(network_->parameters());
-    return loss;
+    // The step's one read-back (a device sync), not one per micro-batch.
+    return loss.item<double>();
 }
 
 // Forward and backward of one micro-batch; its loss is weighted by its share of the step's
 // items, so the accumulated gradient is the step's mean whatever the split. Every random draw
-// is a function of (seed, step, slot): a slot gets the same noise in any micro-batch.
-double Trainer::forward_backward(const data::MicroBatch& micro,
-                                 const std::vector<data::Batch>& batches, std::int64_t step_index,
-                                 std::size_t step_items) {
+// is a function of (seed, step, slot): a slot gets the same noise in any micro-batch. Returns
+// the weighted loss, detached, on the device.
+at::Tensor Trainer::forward_backward(const data::MicroBatch& micro,
+                                     const std::vector<data::Batch>& batches,
+                                     std::int64_t step_index, std::size_t step_items) {
+    std::optional<PhaseTimer> phase(std::in_place, step_times_.data);
     const std::uint64_t s = seed();
     const auto step_seed = static_cast<std::uint64_t>(step_index);
     const bool sdxl = static_cast<bool>(model_.text_encoder_2);
@@ -672,14 +691,17 @@ double Trainer::forward_backward(const data::MicroBatch& micro,
         time_ids = device_->to_device(
             StableDiffusion::time_ids(micro.bucket.height, micro.bucket.width, x0.size(0)));
     }
+    phase.emplace(step_times_.forward);
     const at::Tensor pred =
         model_.unet->forward(noisy.to(context.scalar_type()), t, context, text_embeds, time_ids);
     const at::Tensor loss = process_.train.loss_type == "mae"
                                 ? (pred.to(at::kFloat) - target).abs().mean()
                                 : (pred.to(at::kFloat) - target).pow(2).mean();
     const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
-    (loss * weight).backward();
-    return loss.item<double>() * weight;
+    const at::Tensor weighted = loss * weight;
+    phase.emplace(step_times_.backward);
+    weighted.backward();
+    return weighted.detach();
 }
 
 // One forward+backward at the worst case under `p`: the largest active bucket, a full
@@ -907,9 +929,15 @@ void Trainer::write_metrics(std::int64_t step, double loss, double lr, double se
                                  {"step_seconds", seconds},
                                  {"buckets", buckets},
                                  {"allocated", m.allocated},
-                                 {"peak_allocated", m.peak_allocated}};
-    std::ofstream out(run_.metrics_jsonl(), std::ios::app);
-    out << line.dump() << "\n";
+                                 {"peak_allocated", m.peak_allocated},
+                                 {"phases",
+                                  {{"data", step_times_.data},
+                                   {"forward", step_times_.forward},
+                                   {"backward", step_times_.backward},
+                                   {"optimizer", step_times_.optimizer}}}};
+    if (!metrics_out_.is_open()) metrics_out_.open(run_.metrics_jsonl(), std::ios::app);
+    metrics_out_ << line.dump() << "\n";
+    metrics_out_.flush();  // a killed run keeps every finished step's line
 }
 
 void Trainer::finish_summary(TrainSummary& summary) const {

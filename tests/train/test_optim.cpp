@@ -43,6 +43,29 @@ TEST(AdamW, MatchesLibTorchAdamW) {
     EXPECT_EQ(opt.steps_taken(), 5);
 }
 
+// Steps where one parameter has no gradient take the per-parameter path, the others the flat
+// one; the state they share must stay LibTorch's either way for the parameter that trains every
+// step. (The skipping one differs by design: LibTorch counts steps per parameter for the bias
+// correction, loom counts optimizer steps — one count, as its checkpoints store it.)
+TEST(AdamW, MatchesLibTorchWhenAParameterSkipsSteps) {
+    auto mine = make_params();
+    auto ref = make_params();
+    AdamW opt(mine, AdamWOptions{1e-2, 0.9, 0.999, 1e-6, 0.01});
+    torch::optim::AdamW torch_opt(
+        ref, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.999}).eps(1e-6).weight_decay(0.01));
+    for (int s = 0; s < 6; ++s) {
+        set_grads(mine, s);
+        set_grads(ref, s);
+        if (s % 2 == 1) {
+            mine[1].mutable_grad() = at::Tensor();
+            ref[1].mutable_grad() = at::Tensor();
+        }
+        opt.step(1e-2);
+        torch_opt.step();
+        EXPECT_LE((mine[0] - ref[0]).abs().max().item<double>(), 1e-6) << "step " << s;
+    }
+}
+
 TEST(AdamW, AnOomInsideStepChangesNothing) {
     auto params = make_params();
     AdamW opt(params, AdamWOptions{});

@@ -43,7 +43,14 @@ class AdamW {
                     const std::vector<at::Tensor>& exp_avg_sq);
 
   private:
+    bool every_grad_defined() const;
+    void step_flat(double lr, double bias1, double bias2);
+
     std::vector<at::Tensor> params_;
+    // With every parameter contiguous, of one dtype and on one device, the state is two flat
+    // buffers and exp_avg_ / exp_avg_sq_ are views of them (undefined otherwise).
+    at::Tensor flat_exp_avg_;
+    at::Tensor flat_exp_avg_sq_;
     std::vector<at::Tensor> exp_avg_;
     std::vector<at::Tensor> exp_avg_sq_;
     AdamWOptions options_;

@@ -19,6 +19,7 @@
 // the model, so scale-up leaves low_vram alone.
 
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "loom/device/device.h"
@@ -55,13 +56,16 @@ class LowVramMode {
   private:
     std::vector<torch::nn::Module*> encoders() const;
     void encoders_to(bool device);
-    void base_to_bf16();
+    // The frozen float32 base weights to bf16; the UNet is device-resident once placed.
+    void base_to_bf16(bool unet_on_device);
     void stream_blocks();
 
     StableDiffusion& model_;
     Device& device_;
     int level_ = 0;
     int encoder_scopes_ = 0;
+    // The host-resident weights of level 3 (their TensorImpl: set_data keeps it).
+    std::unordered_set<const c10::TensorImpl*> streamed_;
 };
 
 }  // namespace loom

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The benchmarks of docs/BENCHMARKS.md from one command (issue 10): loom against the Python
+# reference (diffusers UNet + peft LoRA) at equal settings on two model sizes, the OOM guard's
+# recovery figures, and the ladder's efficiency over a grid of budgets ("all"); also the
+# low_vram sub-modes on their own. Needs the build (scripts/setup.sh). Work folders go under the
+# build folder.
+#
+#   scripts/bench.sh [all|throughput|recovery|ladder|low_vram]
+#   ROUNDS=3 STEPS=30 THREADS=2 scripts/bench.sh throughput
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD="${LOOM_BUILD_DIR:-build}"
+LOOM="$BUILD/src/cli/loom"
+PY=.venv/bin/python
+WHAT="${1:-all}"
+case "$WHAT" in all|throughput|recovery|ladder|low_vram) ;; *)
+  echo "usage: scripts/bench.sh [all|throughput|recovery|ladder|low_vram]" >&2; exit 2;;
+esac
+[[ -x "$LOOM" ]] || { echo "no $LOOM: build first (scripts/setup.sh)" >&2; exit 1; }
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
+  "$(date -u +%Y-%m-%d); $("$LOOM" --version | head -1)"
+
+if [[ "$WHAT" == all || "$WHAT" == throughput ]]; then
+  echo; echo "== loom against the Python reference (bench/throughput.py)"
+  $PY bench/throughput.py "$LOOM" datasets/loom-tiny-sd "$BUILD/bench_throughput" \
+    "${ROUNDS:-3}" "${STEPS:-30}" "${THREADS:-2}"
+fi
+if [[ "$WHAT" == all || "$WHAT" == recovery ]]; then
+  echo; echo "== OOM recovery (bench/recovery.py)"
+  $PY bench/recovery.py "$LOOM" "$BUILD/tests/train/make_tiny_fixture" "$BUILD/bench_recovery" \
+    "${RECOVERY_STEPS:-40}"
+fi
+if [[ "$WHAT" == all || "$WHAT" == ladder ]]; then
+  echo; echo "== ladder efficiency (bench/ladder_efficiency.py)"
+  $PY bench/ladder_efficiency.py "$LOOM" datasets/loom-tiny-sd "$BUILD/bench_ladder" \
+    "${LADDER_STEPS:-10}"
+fi
+if [[ "$WHAT" == low_vram ]]; then
+  echo; echo "== low_vram sub-modes (bench/low_vram.py)"
+  $PY bench/low_vram.py "$LOOM" "$BUILD/tests/train/make_tiny_fixture" "$BUILD/bench_low_vram" \
+    "${LOW_VRAM_STEPS:-12}" "${LOW_VRAM_SIZE:-64}"
+fi
