@@ -33,6 +33,7 @@ import sys
 
 import yaml
 
+import loom_job
 from tiny_data import add_images
 
 PLAN = """train: {{gradient_checkpointing: {gc}, batch_size: {batch}, gradient_accumulation: {accum}}}
@@ -46,17 +47,7 @@ EFFECTIVE_BATCH = 4
 
 
 def job_yaml(work, name, model, steps, vram, probe):
-    return f"""job: extension
-config:
-  name: {name}
-  process:
-    - type: sd_trainer
-      training_folder: {work}/runs
-      device: sim
-      training_seed: 3
-      network: {{linear: 8, linear_alpha: 8}}
-      save: {{save_every: 1000000, dtype: float32}}
-      datasets:
+    return loom_job.job_yaml(name, work, "sim", 3, 8, 1000000, f"""      datasets:
         - folder_path: {work}/data
           resolution: [64]
           cache_latents: true
@@ -65,7 +56,7 @@ config:
       model: {{name_or_path: {model}, arch: sd1}}
       sample: {{prompts: ['x']}}
       oom: {{vram_limit: {vram}, probe: {str(probe).lower()}, reuse_stable: "off"}}
-"""
+""")
 
 
 def train(loom, work, name, model, steps, vram, probe, plan=None, fresh=False, may_not_fit=False):

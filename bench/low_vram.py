@@ -21,6 +21,7 @@ import sys
 
 import numpy as np
 
+import loom_job
 from tiny_data import add_images
 from safetensors.numpy import load_file
 
@@ -42,17 +43,7 @@ def run_level(loom, work, level, steps, size):
         f.write(PLAN.format(level=level))
     job = os.path.join(work, name + ".yaml")
     with open(job, "w") as f:
-        f.write(f"""job: extension
-config:
-  name: {name}
-  process:
-    - type: sd_trainer
-      training_folder: {work}/runs
-      device: sim
-      training_seed: 5
-      network: {{linear: 4, linear_alpha: 4}}
-      save: {{save_every: 1000, dtype: float32}}
-      datasets:
+        f.write(loom_job.job_yaml(name, work, "sim", 5, 4, 1000, f"""      datasets:
         - folder_path: {work}/data
           resolution: [{size}]
           cache_latents: true
@@ -60,7 +51,7 @@ config:
               disable_sampling: true}}
       model: {{name_or_path: {work}/fixture/model, arch: sd1}}
       oom: {{vram_limit: 4GiB, probe: false}}
-""")
+"""))
     out = subprocess.run([loom, "train", job, "--no-supervise"], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"level {level} failed:\n{out.stderr[-2000:]}")

@@ -23,21 +23,12 @@ import statistics
 import subprocess
 import sys
 
+import loom_job
 from tiny_data import add_images
 
 
 def job_yaml(work, name, data, steps, batch, checkpointing, probe, vram):
-    return f"""job: extension
-config:
-  name: {name}
-  process:
-    - type: sd_trainer
-      training_folder: {work}/runs
-      device: sim
-      training_seed: 11
-      network: {{linear: 4, linear_alpha: 4}}
-      save: {{save_every: 1000, dtype: float32}}
-      datasets:
+    return loom_job.job_yaml(name, work, "sim", 11, 4, 1000, f"""      datasets:
         - folder_path: {data}
           resolution: [64]
           cache_latents: true
@@ -50,7 +41,7 @@ config:
       model: {{name_or_path: {work}/fixture/model, arch: sd1}}
       sample: {{prompts: ['x']}}
       oom: {{vram_limit: {vram}, probe: {str(probe).lower()}, reuse_stable: "off"}}
-"""
+""")
 
 
 def train(loom, work, name, **kw):

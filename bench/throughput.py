@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 
+from loom_job import job_yaml
 from tiny_data import add_images
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,17 +59,7 @@ def make_small_model(base, out):
 
 
 def loom_job(work, name, model, data, resolution, batch, rank, steps, threads):
-    return f"""job: extension
-config:
-  name: {name}
-  process:
-    - type: sd_trainer
-      training_folder: {work}/runs
-      device: cpu
-      training_seed: 0
-      network: {{type: lora, linear: {rank}, linear_alpha: {rank}}}
-      save: {{save_every: 1000000, dtype: float32}}
-      datasets:
+    return job_yaml(name, work, "cpu", 0, rank, 1000000, f"""      datasets:
         - folder_path: {data}
           resolution: [{resolution}]
           cache_latents: true
@@ -86,7 +77,7 @@ config:
       model: {{name_or_path: {model}, arch: sd1}}
       sample: {{prompts: ['x']}}
       oom: {{host_threads: {threads}}}
-"""
+""")
 
 
 def run_measured(cmd, env, log_path):
