@@ -3,11 +3,13 @@
 // same LoRA as an uninterrupted one.
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "loom/config/load.h"
@@ -99,8 +101,20 @@ TEST_F(TrainerTest, LossFallsAndTheRunFolderFillsUp) {
     EXPECT_LT(last, 0.8 * first);
     EXPECT_TRUE(fs::exists(s.final_lora));
     EXPECT_TRUE(fs::exists(s.run_folder / "config.yaml"));
-    EXPECT_TRUE(fs::exists(s.run_folder / "metrics.jsonl"));
     EXPECT_TRUE(fs::exists(s.run_folder / "loom.log"));
+    // One metrics line per step, each with where its time went (the benchmarks' profile).
+    std::ifstream metrics(s.run_folder / "metrics.jsonl");
+    std::size_t lines = 0;
+    for (std::string line; std::getline(metrics, line); ++lines) {
+        const nlohmann::json m = nlohmann::json::parse(line);
+        const nlohmann::json& ph = m.at("phases");
+        const double sum = ph.at("data").get<double>() + ph.at("forward").get<double>() +
+                           ph.at("backward").get<double>() + ph.at("optimizer").get<double>();
+        EXPECT_GT(ph.at("forward").get<double>(), 0.0);
+        EXPECT_GT(ph.at("backward").get<double>(), 0.0);
+        EXPECT_LE(sum, m.at("step_seconds").get<double>() + 1e-6) << line;
+    }
+    EXPECT_EQ(lines, 80u);
     std::size_t pngs = 0;
     for (const auto& e : fs::directory_iterator(s.run_folder / "samples")) {
         pngs += e.path().extension() == ".png";
