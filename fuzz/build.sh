@@ -16,7 +16,7 @@ mkdir -p "$OUT/corpus"
 "$CXX" -std=c++17 -g -O1 -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I include fuzz/safetensors_fuzz.cpp \
-  src/io/safetensors.cpp src/io/atomic_file.cpp src/core/error.cpp src/core/utf8.cpp \
+  src/io/safetensors_*.cpp src/io/atomic_file.cpp src/core/error.cpp src/core/utf8.cpp \
   -o "$OUT/safetensors_fuzz"
 
 # Seeds: small valid files covering metadata, several dtypes, rank 0, empty and sub-byte tensors.

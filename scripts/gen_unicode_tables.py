@@ -151,7 +151,7 @@ def model_nfd_hangul(c):
 
 
 def model_nfc(text, ccc, decompositions, pairs):
-    """NFC from the recorded tables, the same algorithm as clip_tokenizer.cpp."""
+    """NFC from the recorded tables, the same algorithm as clip_tokenizer_text.cpp."""
     out = []
     for ch in text:
         c = ord(ch)

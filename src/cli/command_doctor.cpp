@@ -7,7 +7,7 @@
 #include "command.h"
 #include "loom/core/error.h"
 #include "loom/core/exit_codes.h"
-#include "loom/guard/diagnosis.h"
+#include "loom/doctor/diagnosis.h"
 #include "options.h"
 
 namespace loom::cli {
@@ -35,8 +35,8 @@ int run_doctor(const std::vector<std::string>& args) {
     if (!parsed.count("log")) {
         throw UsageError("loom doctor: give the log file to read (see `loom help doctor`)");
     }
-    const guard::Diagnosis d = guard::diagnose_log_file(parsed["log"].as<std::string>());
-    std::cout << (parsed.count("json") ? guard::render_json(d) : guard::render(d));
+    const doctor::Diagnosis d = doctor::diagnose_log_file(parsed["log"].as<std::string>());
+    std::cout << (parsed.count("json") ? doctor::render_json(d) : doctor::render(d));
     return to_int(d.found_oom() ? ExitCode::kOk : ExitCode::kFailure);
 }
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "loom/config/choices.h"
 #include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/core/exit_codes.h"
@@ -83,7 +84,7 @@ int run_sample(const std::vector<std::string>& args) {
         requests.push_back(r);
     }
     PreviewOptions po;
-    po.sampler = parsed["sampler"].as<std::string>();
+    po.sampler = config::preview_sampler_of(parsed["sampler"].as<std::string>(), "--sampler");
     const auto images = generate_previews(model, requests, po, device->torch_device());
     const std::filesystem::path out = parsed["out"].as<std::string>();
     std::filesystem::create_directories(out);

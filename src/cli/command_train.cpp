@@ -13,6 +13,7 @@
 #include "loom/core/exit_codes.h"
 #include "loom/core/logging.h"
 #include "loom/device/faults.h"
+#include "loom/guard/log_wording.h"
 #include "loom/store/store_location.h"
 #include "loom/store/store_recorder.h"
 #include "loom/train/trainer.h"
@@ -74,9 +75,8 @@ int train_in_process(const config::Job& job, TrainOverrides o,
                   << "samples: " << (s.run_folder / "samples").string() << "\n"
                   << "metrics: " << (s.run_folder / "metrics.jsonl").string() << "\n"
                   << "log:     " << (s.run_folder / "loom.log").string() << "\n"
-                  << "events:  " << (s.run_folder / "events.jsonl").string() << " (" << s.ooms
-                  << " out-of-memory errors recovered, " << s.plan_changes
-                  << " plan changes, 0 steps lost)\n"
+                  << "events:  " << (s.run_folder / "events.jsonl").string() << " ("
+                  << guard::recovered_counts_text({s.ooms, s.plan_changes, 0, {}}) << ")\n"
                   << "plan:    " << (s.run_folder / "plan.yaml").string() << " (" << s.final_plan
                   << ")\n";
         if (s.reused_stable_id) {

@@ -11,6 +11,7 @@
 #include "loom/core/exit_codes.h"
 #include "loom/device/faults.h"
 #include "loom/device/oom_classify.h"
+#include "loom/guard/log_wording.h"
 #include "usage.h"
 
 namespace {
@@ -68,10 +69,14 @@ int main(int argc, char** argv) {
         std::cerr << "error: " << e.what() << "\n";
         return loom::to_int(loom::ExitCode::kUsageOrConfig);
     } catch (const loom::DoesNotFitError& e) {
-        std::cerr << "error: does not fit: " << e.what() << "\n";
+        std::cerr << loom::guard::to_line(loom::guard::OutcomeLine{
+                         loom::guard::OutcomeLine::Kind::kDoesNotFit, e.what()})
+                  << "\n";
         return loom::to_int(loom::ExitCode::kDoesNotFit);
     } catch (const loom::WorkerStateError& e) {
-        std::cerr << "error: worker state: " << e.what() << "\n";
+        std::cerr << loom::guard::to_line(loom::guard::OutcomeLine{
+                         loom::guard::OutcomeLine::Kind::kWorkerState, e.what()})
+                  << "\n";
         return loom::to_int(loom::ExitCode::kWorkerState);
     } catch (const loom::IoError& e) {
         std::cerr << "error: " << e.what() << "\n";

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "loom/config/arch.h"
+#include "loom/config/choices.h"
 #include "loom/core/error.h"
 
 namespace loom::config::detail {
@@ -85,6 +86,21 @@ class Resolver {
                      ".train.gradient_accumulation and gradient_accumulation_steps cannot "
                      "both be above 1 (as in ai-toolkit); use gradient_accumulation");
         }
+        resolve_choices(p, path);
+    }
+
+    // The enumerations, once, as values (the reader has checked each word against its OneOf).
+    void resolve_choices(ProcessConfig& p, const std::string& path) const {
+        Choices& c = p.choices;
+        c.precision = precision_of(p.train.dtype, path + ".train.dtype");
+        c.save_dtype = save_dtype_of(p.save.dtype, path + ".save.dtype");
+        c.loss = loss_type_of(p.train.loss_type, path + ".train.loss_type");
+        c.timestep_bias =
+            timestep_bias_of(p.train.content_or_style, path + ".train.content_or_style");
+        c.lr_scheduler = lr_scheduler_of(p.train.lr_scheduler, path + ".train.lr_scheduler");
+        c.sampler = preview_sampler_of(p.sample.sampler, path + ".sample.sampler");
+        c.lora_layout = lora_key_layout_of(p.save.format, path + ".save.format");
+        c.reuse_stable = reuse_stable_of(p.oom.reuse_stable, path + ".oom.reuse_stable");
     }
 
     void check_device(const std::string& device, const std::string& path) const {

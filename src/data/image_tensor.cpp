@@ -5,13 +5,13 @@
 #include <cstring>
 
 #include "loom/data/dataset.h"
-#include "loom/device/sim_allocator.h"
+#include "loom/device/host_memory.h"
 
 namespace loom::data {
 
 at::Tensor image_to_tensor(const Image& image) {
     TORCH_CHECK(!image.empty(), "image_to_tensor: the image is empty");
-    HostScope host;
+    HostAllocations host;
     at::Tensor bytes = at::empty({image.height, image.width, 3}, at::kByte);
     std::memcpy(bytes.data_ptr(), image.pixels.data(), image.pixels.size());
     // [H, W, 3] bytes -> [3, H, W] in [-1, 1]
@@ -25,7 +25,7 @@ Image tensor_to_image(const at::Tensor& tensor) {
                 "tensor_to_image expects [3, H, W] or [1, 3, H, W], got ", t.sizes());
     TORCH_CHECK(at::isFloatingType(t.scalar_type()),
                 "tensor_to_image expects a floating-point tensor, got ", t.scalar_type());
-    HostScope host;
+    HostAllocations host;
     const at::Tensor bytes = t.to(at::kCPU, at::kFloat)
                                  .clamp(-1.0, 1.0)
                                  .add(1.0)

@@ -11,7 +11,7 @@
 #include "loom/core/sha256.h"
 #include "loom/data/dataset.h"
 #include "loom/data/image_tensor.h"
-#include "loom/device/sim_allocator.h"
+#include "loom/device/host_memory.h"
 #include "loom/io/safetensors.h"
 #include "loom/model/tensor_file.h"
 
@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLatentFormat = "loom.latent_cache.v1";
-constexpr const char* kTextFormat = "loom.text_embedding_cache.v1";
+// v2: a set of named tensors (v1 held one packed tensor); v1 files are stale and rebuilt.
+constexpr const char* kTextFormat = "loom.text_embedding_cache.v2";
 
 std::string short_digest(const std::string& text) {
     return sha256_hex(text).substr(0, 16);
@@ -35,20 +36,21 @@ const char* flag(bool b) {
 // A host-resident copy that owns its memory (a CPU tensor from a sim encoder would otherwise be
 // returned as is and keep counting against the budget).
 at::Tensor host_copy(const at::Tensor& t) {
-    HostScope host;
+    HostAllocations host;
     return t.detach()
         .to(at::kCPU, t.scalar_type(), /*non_blocking=*/false, /*copy=*/true)
         .contiguous();
 }
 
-// The tensor of a cache file whose metadata equals `expected`. nullopt when the file does not
-// exist, or (with `stale` set to why) when it cannot be used.
-std::optional<at::Tensor> load_entry(const fs::path& path, const char* tensor_name,
-                                     const SafetensorsMetadata& expected, std::string& stale) {
+// The tensors of a cache file whose metadata equals `expected`: the one named `tensor_name`, or
+// all of them (in the file's order) when it is nullptr. nullopt when the file does not exist, or
+// (with `stale` set to why) when it cannot be used.
+std::optional<NamedTensors> load_entry(const fs::path& path, const char* tensor_name,
+                                       const SafetensorsMetadata& expected, std::string& stale) {
     std::error_code ec;
     if (!fs::exists(path, ec)) return std::nullopt;
     try {
-        HostScope host;
+        HostAllocations host;
         const SafetensorsFile file = SafetensorsFile::open(path);
         for (const auto& [key, value] : expected) {
             const std::string* got = file.metadata_value(key);
@@ -58,27 +60,36 @@ std::optional<at::Tensor> load_entry(const fs::path& path, const char* tensor_na
                 return std::nullopt;
             }
         }
+        NamedTensors out;
+        if (tensor_name == nullptr) {
+            for (const TensorInfo& info : file.tensors()) {
+                out.emplace_back(info.name, read_tensor(file, info));
+            }
+            if (out.empty()) stale = "it holds no tensor";
+            return out.empty() ? std::nullopt : std::optional<NamedTensors>(std::move(out));
+        }
         const TensorInfo* info = file.find(tensor_name);
         if (info == nullptr) {
             stale = std::string("it has no tensor '") + tensor_name + "'";
             return std::nullopt;
         }
-        return read_tensor(file, *info);
+        out.emplace_back(tensor_name, read_tensor(file, *info));
+        return out;
     } catch (const Error& e) {
         stale = e.what();
         return std::nullopt;
     }
 }
 
-void store_entry(const fs::path& path, const char* tensor_name, const at::Tensor& tensor,
+void store_entry(const fs::path& path, const NamedTensors& tensors,
                  const SafetensorsMetadata& metadata) {
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
     if (ec)
         throw IoError(path.parent_path().string(),
                       "cannot create the cache folder: " + ec.message());
-    HostScope host;
-    write_tensors(path, {{tensor_name, tensor}}, metadata);
+    HostAllocations host;
+    write_tensors(path, tensors, metadata);
 }
 
 std::string read_bytes(const fs::path& path) {
@@ -134,11 +145,12 @@ at::Tensor LatentCache::get(const ImageRecord& image, BucketSize bucket, bool fl
         {"flip_y", flag(flip_y)},  {"model", model_}};
     std::string stale;
     if (on_disk_) {
-        if (std::optional<at::Tensor> t = load_entry(path, "latent", meta, stale)) {
+        if (std::optional<NamedTensors> t = load_entry(path, "latent", meta, stale)) {
+            const at::Tensor latent = t->front().second;
             std::lock_guard<std::mutex> lock(mutex_);
             ++stats_.disk_hits;
-            if (in_memory_) memory_[id] = *t;
-            return *t;
+            if (in_memory_) memory_[id] = latent;
+            return latent;
         }
     }
 
@@ -161,7 +173,7 @@ at::Tensor LatentCache::get(const ImageRecord& image, BucketSize bucket, bool fl
     if (on_disk_ && !changed) {
         if (!stale.empty())
             logger("data").warn("rebuilding stale latent cache file {} ({})", path.string(), stale);
-        store_entry(path, "latent", host, meta);
+        store_entry(path, {{"latent", host}}, meta);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.encoded;
@@ -207,7 +219,7 @@ std::optional<fs::path> TextEmbeddingCache::disk_path(const std::string& caption
     return *folder_ / "_t_e_cache" / (key_for(caption) + ".safetensors");
 }
 
-at::Tensor TextEmbeddingCache::get(const std::string& caption, const Encode& encode) {
+NamedTensors TextEmbeddingCache::get(const std::string& caption, const Encode& encode) {
     const std::string id = key_for(caption);
     if (in_memory_) {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -222,21 +234,24 @@ at::Tensor TextEmbeddingCache::get(const std::string& caption, const Encode& enc
         {"format", kTextFormat}, {"model", model_}, {"caption", caption}};
     std::string stale;
     if (path) {
-        if (std::optional<at::Tensor> t = load_entry(*path, "embedding", meta, stale)) {
+        if (std::optional<NamedTensors> t = load_entry(*path, nullptr, meta, stale)) {
             std::lock_guard<std::mutex> lock(mutex_);
             ++stats_.disk_hits;
             if (in_memory_) memory_[id] = *t;
             return *t;
         }
     }
-    const at::Tensor embedding = encode(caption);
-    TORCH_CHECK(embedding.defined(), "the text encoder returned an undefined tensor");
-    const at::Tensor host = host_copy(embedding);
+    NamedTensors host = encode(caption);
+    TORCH_CHECK(!host.empty(), "the text encoder returned no tensor");
+    for (auto& [name, tensor] : host) {
+        TORCH_CHECK(tensor.defined(), "the text encoder returned an undefined tensor '", name, "'");
+        tensor = host_copy(tensor);
+    }
     if (path) {
         if (!stale.empty())
             logger("data").warn("rebuilding stale text embedding cache file {} ({})",
                                 path->string(), stale);
-        store_entry(*path, "embedding", host, meta);
+        store_entry(*path, host, meta);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.encoded;

@@ -44,13 +44,13 @@ void raise_peak(std::atomic<std::uint64_t>& peak, std::uint64_t value) {
 
 }  // namespace
 
-HostScope::HostScope() {
+HostAllocations::HostAllocations() {
     ++host_scope_depth;
 }
-HostScope::~HostScope() {
+HostAllocations::~HostAllocations() {
     --host_scope_depth;
 }
-bool HostScope::active() {
+bool HostAllocations::active() {
     return host_scope_depth > 0;
 }
 

@@ -12,6 +12,7 @@
 #include "loom/core/version.h"
 #include "loom/device/faults.h"
 #include "loom/device/oom_classify.h"
+#include "loom/guard/log_wording.h"
 #include "loom/io/atomic_file.h"
 
 namespace loom::guard {
@@ -37,19 +38,6 @@ std::string message_of(const std::exception_ptr& failure) {
     }
     const std::size_t eol = text.find('\n');
     return eol == std::string::npos ? text : text.substr(0, eol);
-}
-
-std::string step_text(const std::optional<std::int64_t>& step) {
-    return step ? " at step " + std::to_string(*step) : std::string();
-}
-
-std::string changes_text(const Decision& d) {
-    std::string s;
-    for (const KnobChange& c : d.changes) {
-        if (!s.empty()) s += ", ";
-        s += c.knob + " " + c.from + " -> " + c.to;
-    }
-    return s.empty() ? std::string("no change, retry") : s;
 }
 
 }  // namespace
@@ -80,17 +68,12 @@ void Guard::check_device_clean() {
     if (device_.spec().kind == DeviceKind::kCpu) return;  // RAM, not an accelerator
     const MemoryStats m = device_.stats();
     if (!device_looks_dirty(m)) return;
-    const std::string figures = format_bytes_human(m.free) + " free of " +
-                                format_bytes_human(m.total) + " before loom allocated anything";
     events_.record("worker_state", {{"phase", "load"},
                                     {"rule", "worker_state.dirty_at_start"},
                                     {"free", m.free},
                                     {"total", m.total},
                                     {"allocated", m.allocated}});
-    throw WorkerStateError(device_.description() + " shows " + figures +
-                           " (\"0 bytes is free\"): another process or a broken context holds "
-                           "the memory. No setting can fix that — start on a fresh worker (or "
-                           "free the GPU), then run the same job again.");
+    throw WorkerStateError(to_line(DirtyDeviceLine{device_.description(), m.free, m.total}));
 }
 
 OomEvent Guard::make_event(Phase phase, Work work, std::optional<std::int64_t> step, OomKind kind,
@@ -158,14 +141,10 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
             facts.message = event.message;
             options_.store->oom(facts);
         }
-        log().warn("out of memory in {}{} ({}): {}", to_string(phase), step_text(step),
-                   kind_name(kind), event.message);
+        log().warn("{}", to_line(OomLine{phase, step, kind, event.message}));
         if (!options_.enabled) {
-            throw DoesNotFitError(std::string("out of memory in ") + to_string(phase) +
-                                  step_text(step) + " (" + event.message +
-                                  ") and oom.enabled is false, so loom did not try smaller "
-                                  "settings; the plan was: " +
-                                  describe(plan_));
+            throw DoesNotFitError(
+                to_line(OomDisabledLine{phase, step, event.message, describe(plan_)}));
         }
         history_.failed.emplace_back(work, plan_);
         const Decision decision = decide(plan_, event, history_, options_.context);
@@ -178,11 +157,7 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
             case Decision::Action::kDoesNotFit: throw DoesNotFitError(decision.reason);
             case Decision::Action::kWorkerState: throw WorkerStateError(decision.reason);
             case Decision::Action::kHostMemory:
-                throw Error("host RAM ran out in " + std::string(to_string(phase)) +
-                            step_text(step) + " (" + event.message +
-                            "); device settings cannot help: close other programs, lower "
-                            "datasets[].cache_latents (in-RAM caches) or use a machine with "
-                            "more RAM");
+                throw Error(to_line(HostMemoryLine{phase, step, event.message}));
         }
     }
 }
@@ -196,7 +171,7 @@ void Guard::apply(const Decision& d) {
         ++changes_;
         plan_changed();
     }
-    log().warn("plan change: {} (rule: {}) — {}", changes_text(d), d.rule, d.reason);
+    log().warn("{}", to_line(PlanChangeLine{d.changes, d.rule, d.reason}));
 }
 
 bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Plan&)>& probe) {
@@ -211,10 +186,7 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
     if (change == taken_.rend()) return false;
     const Plan candidate = undo_change(plan_, change->before, change->after);
     const std::vector<KnobChange> knobs = diff(plan_, candidate);
-    std::string knob_text;
-    for (const KnobChange& k : knobs) {
-        knob_text += (knob_text.empty() ? "" : ", ") + k.knob + " " + k.from + " -> " + k.to;
-    }
+    const std::string knob_text = knob_changes_text(knobs);
     target_->apply_plan(plan_, candidate);
     device_.reset_peak();
     std::exception_ptr failure;
@@ -246,10 +218,9 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
         device_.empty_cache();
         target_->apply_plan(candidate, plan_);
         change->pinned = true;
-        log().warn("scale-up: {} does not fit with {}% headroom ({}); pinned for this run",
-                   knob_text, int(options_.scale_up_headroom * 100),
-                   oom ? std::string("the probe ran out of memory")
-                       : "probe peak " + format_bytes_human(m.peak_allocated));
+        log().warn(
+            "{}", to_line(ScaleUpPinnedLine{knobs, int(options_.scale_up_headroom * 100),
+                                            oom ? std::nullopt : std::optional(m.peak_allocated)}));
         return false;
     }
     const std::string rule = change->rule;
@@ -257,8 +228,7 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
     taken_.erase(std::next(change).base());
     if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
     plan_changed();
-    log().warn("scale-up: {} (undoing {}; probe peak {} of {})", knob_text, rule,
-               format_bytes_human(m.peak_allocated), format_bytes_human(m.total));
+    log().warn("{}", to_line(ScaleUpKeptLine{knobs, rule, m.peak_allocated, m.total}));
     return true;
 }
 
@@ -320,7 +290,7 @@ void Guard::record_stable(std::int64_t step) {
         if (!line.empty() && line[0] != '#') out << "  " << line << "\n";
     }
     write_file_atomic(options_.stable_file, out.str());
-    log().info("plan recorded as stable after {} steps: {}", steps_on_plan_, describe(plan_));
+    log().info("{}", to_line(StableLine{steps_on_plan_, describe(plan_)}));
 }
 
 }  // namespace loom::guard

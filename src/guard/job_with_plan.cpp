@@ -14,6 +14,11 @@ config::Job job_with_plan(const config::Job& job, std::size_t process_index, con
     config::Job out = job;
     config::ProcessConfig& p = out.config.process[process_index];
 
+    // Knobs without an ai-toolkit key: loom's oom block, as Plan::fields names them.
+    for_each_knob([&](const Knob&, const auto& field) {
+        if (field.oom) p.oom.*field.oom = field.of(plan);
+    });
+
     p.train.gradient_checkpointing = plan.gradient_checkpointing;
     p.train.batch_size = plan.batch_size;
     p.train.gradient_accumulation = plan.gradient_accumulation;
@@ -22,12 +27,11 @@ config::Job job_with_plan(const config::Job& job, std::size_t process_index, con
         d.num_frames = std::min(d.num_frames, plan.frames);
     }
 
-    // model.low_vram / model.quantize are what ai-toolkit users know; the level says exactly
-    // which sub-modes (quantize only ever means level 2 or more in loom).
+    // model.low_vram / model.quantize are what ai-toolkit users know; the level
+    // (oom.low_vram_level, written above) says exactly which sub-modes (quantize only ever means
+    // level 2 or more).
     p.model.low_vram = plan.low_vram >= 1;
     if (plan.low_vram < 2) p.model.quantize = false;
-    p.oom.low_vram_level = plan.low_vram;
-    p.oom.max_bucket_pixels = plan.max_bucket_pixels;
 
     config::SampleConfig& s = p.sample;
     const bool has_prompts = !s.prompts.empty() || !s.samples.empty();
@@ -39,11 +43,6 @@ config::Job job_with_plan(const config::Job& job, std::size_t process_index, con
         if (item.height) item.height = std::min(*item.height, plan.sample.height);
     }
     s.num_frames = plan.sample.frames;
-    p.oom.sample_batch_prompts = plan.sample.batch_prompts;
-    p.oom.sample_batch_guidance = plan.sample.batch_guidance;
-
-    p.oom.host_memory_caches = plan.host.memory_caches;
-    p.oom.host_threads = plan.host.threads;
     return out;
 }
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/io/atomic_file.h"
@@ -26,10 +28,79 @@ std::string cap_text(const std::optional<std::int64_t>& cap) {
     return std::to_string(*cap) + " px";
 }
 
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// A knob's value as diff prints it.
+std::string knob_text(bool b) {
+    return bool_text(b);
+}
+std::string knob_text(int v) {
+    return std::to_string(v);
+}
+std::string knob_text(const std::optional<std::int64_t>& cap) {
+    return cap ? std::to_string(*cap) : std::string("none");
+}
+
+// True when the knob's value is the same in `a` and `b`, which are Plans or, for the knobs they
+// group, SamplePlans or HostPlans.
+template <class G>
+bool knobs_equal(const G& a, const G& b) {
+    bool equal = true;
+    for_each_knob([&](const Knob&, const auto& field) {
+        using Field = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<G, Plan> || std::is_same_v<typename Field::Group, G>) {
+            equal = equal && field.of(a) == field.of(b);
+        }
+    });
+    return equal;
+}
+
+// How many knobs of the list live directly in G (Plan) or in its group G (SamplePlan, HostPlan).
+template <class G>
+constexpr int knobs_in() {
+    int n = 0;
+    for_each_knob([&n](const Knob&, const auto& field) {
+        if (std::is_same_v<typename std::decay_t<decltype(field)>::Group, G>) ++n;
+    });
+    return n;
+}
+
+// Every data member of the plan structs is in Plan::fields: a member added without its entry
+// stops compiling here (the bindings name every member; Plan's last two are the groups).
+[[maybe_unused]] void every_member_is_a_knob(const Plan& p) {
+    [[maybe_unused]] const auto& [checkpointing, batch, accumulation, buckets, frames, low_vram,
+                                  sample, host] = p;
+    [[maybe_unused]] const auto& [enabled, width, height, prompts, guidance, sample_frames] =
+        p.sample;
+    [[maybe_unused]] const auto& [caches, threads] = p.host;
+    static_assert(
+        knobs_in<Plan>() == 8 - 2 && knobs_in<SamplePlan>() == 6 && knobs_in<HostPlan>() == 2,
+        "every member of Plan, SamplePlan and HostPlan needs its entry in Plan::fields");
+}
+
 }  // namespace
+
+bool SamplePlan::operator==(const SamplePlan& o) const {
+    return knobs_equal(*this, o);
+}
+
+bool HostPlan::operator==(const HostPlan& o) const {
+    return knobs_equal(*this, o);
+}
+
+bool Plan::operator==(const Plan& o) const {
+    return knobs_equal(*this, o);
+}
 
 Plan plan_from_job(const config::ProcessConfig& process) {
     Plan p;
+    // Knobs without an ai-toolkit key: loom's oom block states them.
+    for_each_knob([&](const Knob&, const auto& field) {
+        if (field.oom) field.of(p) = process.oom.*field.oom;
+    });
     p.gradient_checkpointing = process.train.gradient_checkpointing;
     // The trainer uses one batch size for all datasets: the first dataset's (see prepare_data).
     p.batch_size = process.datasets.empty()
@@ -38,14 +109,9 @@ Plan plan_from_job(const config::ProcessConfig& process) {
     p.gradient_accumulation = std::max(1, process.train.gradient_accumulation);
     for (const auto& d : process.datasets) p.frames = std::max(p.frames, d.num_frames);
     // low_vram: true starts at the first sub-mode (encoders on the host); quantize: true maps
-    // to bf16 base weights (level 2) until loom quantizes for real.
-    p.low_vram = std::max(process.model.quantize   ? 2
-                          : process.model.low_vram ? 1
-                                                   : 0,
-                          process.oom.low_vram_level);
-    p.max_bucket_pixels = process.oom.max_bucket_pixels;
-    p.host.memory_caches = process.oom.host_memory_caches;
-    p.host.threads = process.oom.host_threads;
+    // to bf16 base weights (level 2) until loom quantizes for real. oom.low_vram_level may ask
+    // for more.
+    p.low_vram = std::max(process.model.quantize ? 2 : process.model.low_vram ? 1 : 0, p.low_vram);
     const config::SampleConfig& s = process.sample;
     p.sample.enabled =
         !process.train.disable_sampling && (!s.prompts.empty() || !s.samples.empty());
@@ -56,8 +122,6 @@ Plan plan_from_job(const config::ProcessConfig& process) {
         p.sample.height = std::max(p.sample.height, item.height.value_or(0));
     }
     p.sample.frames = s.num_frames;
-    p.sample.batch_prompts = process.oom.sample_batch_prompts;
-    p.sample.batch_guidance = process.oom.sample_batch_guidance;
     return p;
 }
 
@@ -83,91 +147,51 @@ std::string describe(const Plan& p) {
 
 std::vector<KnobChange> diff(const Plan& a, const Plan& b) {
     std::vector<KnobChange> out;
-    const auto add = [&](const char* knob, const std::string& from, const std::string& to) {
-        if (from != to) out.push_back({knob, from, to});
-    };
-    const auto cap = [](const std::optional<std::int64_t>& c) {
-        return c ? std::to_string(*c) : std::string("none");
-    };
-    add("train.gradient_checkpointing", bool_text(a.gradient_checkpointing),
-        bool_text(b.gradient_checkpointing));
-    add("train.batch_size", std::to_string(a.batch_size), std::to_string(b.batch_size));
-    add("train.gradient_accumulation", std::to_string(a.gradient_accumulation),
-        std::to_string(b.gradient_accumulation));
-    add("datasets.max_bucket_pixels", cap(a.max_bucket_pixels), cap(b.max_bucket_pixels));
-    add("datasets.num_frames", std::to_string(a.frames), std::to_string(b.frames));
-    add("model.low_vram", std::to_string(a.low_vram), std::to_string(b.low_vram));
-    add("sample.enabled", bool_text(a.sample.enabled), bool_text(b.sample.enabled));
-    add("sample.width", std::to_string(a.sample.width), std::to_string(b.sample.width));
-    add("sample.height", std::to_string(a.sample.height), std::to_string(b.sample.height));
-    add("sample.batch_prompts", bool_text(a.sample.batch_prompts),
-        bool_text(b.sample.batch_prompts));
-    add("sample.batch_guidance", bool_text(a.sample.batch_guidance),
-        bool_text(b.sample.batch_guidance));
-    add("sample.num_frames", std::to_string(a.sample.frames), std::to_string(b.sample.frames));
-    add("host.memory_caches", bool_text(a.host.memory_caches), bool_text(b.host.memory_caches));
-    add("host.threads", std::to_string(a.host.threads), std::to_string(b.host.threads));
+    for_each_knob([&](const Knob& knob, const auto& field) {
+        std::string from = knob_text(field.of(a));
+        std::string to = knob_text(field.of(b));
+        if (from != to) out.push_back({knob.name(), std::move(from), std::move(to)});
+    });
     return out;
 }
 
 Plan undo_change(const Plan& current, const Plan& before, const Plan& after) {
+    // Batch and accumulation move together, keeping the effective batch.
+    bool batch_moved = false;
+    for_each_knob([&](const Knob& knob, const auto& field) {
+        if (knob.effective_batch && field.of(before) != field.of(after)) batch_moved = true;
+    });
     Plan p = current;
-    const auto restore = [](auto& field, const auto& was, const auto& changed_to) {
-        if (was != changed_to) field = was;
-    };
-    restore(p.gradient_checkpointing, before.gradient_checkpointing, after.gradient_checkpointing);
-    if (before.batch_size != after.batch_size ||
-        before.gradient_accumulation != after.gradient_accumulation) {
-        // Batch and accumulation move together, keeping the effective batch.
-        p.batch_size = before.batch_size;
-        p.gradient_accumulation = before.gradient_accumulation;
-    }
-    restore(p.max_bucket_pixels, before.max_bucket_pixels, after.max_bucket_pixels);
-    restore(p.frames, before.frames, after.frames);
-    restore(p.low_vram, before.low_vram, after.low_vram);
-    restore(p.sample.enabled, before.sample.enabled, after.sample.enabled);
-    restore(p.sample.width, before.sample.width, after.sample.width);
-    restore(p.sample.height, before.sample.height, after.sample.height);
-    restore(p.sample.batch_prompts, before.sample.batch_prompts, after.sample.batch_prompts);
-    restore(p.sample.batch_guidance, before.sample.batch_guidance, after.sample.batch_guidance);
-    restore(p.sample.frames, before.sample.frames, after.sample.frames);
-    restore(p.host.memory_caches, before.host.memory_caches, after.host.memory_caches);
-    restore(p.host.threads, before.host.threads, after.host.threads);
+    for_each_knob([&](const Knob& knob, const auto& field) {
+        const bool moved = knob.effective_batch ? batch_moved : field.of(before) != field.of(after);
+        if (moved) field.of(p) = field.of(before);
+    });
     return p;
 }
 
 std::string plan_to_yaml(const Plan& p) {
     YAML::Emitter out;
     out << YAML::BeginMap;
-    out << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "gradient_checkpointing" << YAML::Value << p.gradient_checkpointing;
-    out << YAML::Key << "batch_size" << YAML::Value << p.batch_size;
-    out << YAML::Key << "gradient_accumulation" << YAML::Value << p.gradient_accumulation;
-    out << YAML::EndMap;
-    out << YAML::Key << "datasets" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "max_bucket_pixels" << YAML::Value;
-    if (p.max_bucket_pixels) {
-        out << *p.max_bucket_pixels;
-    } else {
-        out << YAML::Null;
-    }
-    out << YAML::Key << "num_frames" << YAML::Value << p.frames;
-    out << YAML::EndMap;
-    out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "low_vram" << YAML::Value << p.low_vram;
-    out << YAML::EndMap;
-    out << YAML::Key << "sample" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "enabled" << YAML::Value << p.sample.enabled;
-    out << YAML::Key << "width" << YAML::Value << p.sample.width;
-    out << YAML::Key << "height" << YAML::Value << p.sample.height;
-    out << YAML::Key << "batch_prompts" << YAML::Value << p.sample.batch_prompts;
-    out << YAML::Key << "batch_guidance" << YAML::Value << p.sample.batch_guidance;
-    out << YAML::Key << "num_frames" << YAML::Value << p.sample.frames;
-    out << YAML::EndMap;
-    out << YAML::Key << "host" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "memory_caches" << YAML::Value << p.host.memory_caches;
-    out << YAML::Key << "threads" << YAML::Value << p.host.threads;
-    out << YAML::EndMap;
+    const PlanSection* section = nullptr;
+    for_each_knob([&](const Knob& knob, const auto& field) {
+        if (knob.section != section) {
+            if (section) out << YAML::EndMap;
+            section = knob.section;
+            out << YAML::Key << section->name << YAML::Value << YAML::BeginMap;
+        }
+        out << YAML::Key << knob.key << YAML::Value;
+        const auto& value = field.of(p);
+        if constexpr (IsOptional<std::decay_t<decltype(value)>>::value) {
+            if (value) {
+                out << *value;
+            } else {
+                out << YAML::Null;
+            }
+        } else {
+            out << value;
+        }
+    });
+    out << YAML::EndMap;  // the last section
     out << YAML::EndMap;
     return "# loom plan: the memory settings this run uses; rewritten on every change.\n"
            "# Delete this file (or train with --fresh) to start from the job's own settings.\n" +
@@ -205,10 +229,30 @@ class PlanReader {
         }
     }
 
-    int positive(const YAML::Node& section, const std::string& path, const std::string& key) {
-        const int v = get<int>(section, path, key);
-        if (v < 1) fail(path + "." + key, "must be at least 1, not " + std::to_string(v));
-        return v;
+    // The knob's value in its section, checked against its floor. An optional knob is null
+    // when unset.
+    template <class T>
+    T read(const YAML::Node& section, const Knob& knob) {
+        const std::string path = knob.section->name;
+        if constexpr (IsOptional<T>::value) {
+            if (!section[knob.key]) fail(knob.name(), "is missing");
+            if (section[knob.key].IsNull()) return std::nullopt;
+            const auto v = get<typename T::value_type>(section, path, knob.key);
+            // The wording plan.yaml errors have always had for a cap.
+            if (knob.has_floor && v < knob.at_least) fail(knob.name(), "must be positive");
+            return v;
+        } else {
+            const T v = get<T>(section, path, knob.key);
+            if constexpr (!std::is_same_v<T, bool>) {
+                if (knob.has_floor && v < knob.at_least) {
+                    fail(knob.name(), knob.at_least == 0
+                                          ? std::string("must not be negative")
+                                          : "must be at least " + std::to_string(knob.at_least) +
+                                                ", not " + std::to_string(v));
+                }
+            }
+            return v;
+        }
     }
 
     [[noreturn]] void fail(const std::string& key, const std::string& what) const {
@@ -234,42 +278,34 @@ Plan parse_plan(const std::string& text, const std::string& source) {
                                       "); delete it to start from the job's own settings");
     }
     if (!root.IsMap()) r.fail("the top level", "is not a mapping");
+    const YAML::Node& doc = root;  // const: looking a section up never adds it
+    // The sections in order, each with its keys.
+    std::vector<std::pair<const PlanSection*, std::vector<std::string>>> sections;
+    for_each_knob([&](const Knob& knob, const auto&) {
+        if (sections.empty() || sections.back().first != knob.section) {
+            sections.push_back({knob.section, {}});
+        }
+        sections.back().second.push_back(knob.key);
+    });
     Plan p;
-    const YAML::Node train =
-        r.section(root, "train", {"gradient_checkpointing", "batch_size", "gradient_accumulation"});
-    p.gradient_checkpointing = r.get<bool>(train, "train", "gradient_checkpointing");
-    p.batch_size = r.positive(train, "train", "batch_size");
-    p.gradient_accumulation = r.positive(train, "train", "gradient_accumulation");
-    const YAML::Node data = r.section(root, "datasets", {"max_bucket_pixels", "num_frames"});
-    if (!data["max_bucket_pixels"]) r.fail("datasets.max_bucket_pixels", "is missing");
-    if (!data["max_bucket_pixels"].IsNull()) {
-        p.max_bucket_pixels = r.get<std::int64_t>(data, "datasets", "max_bucket_pixels");
-        if (*p.max_bucket_pixels < 1) r.fail("datasets.max_bucket_pixels", "must be positive");
-    }
-    p.frames = r.positive(data, "datasets", "num_frames");
-    const YAML::Node model = r.section(root, "model", {"low_vram"});
-    p.low_vram = r.get<int>(model, "model", "low_vram");
-    if (p.low_vram < 0) r.fail("model.low_vram", "must not be negative");
-    const YAML::Node s =
-        r.section(root, "sample",
-                  {"enabled", "width", "height", "batch_prompts", "batch_guidance", "num_frames"});
-    p.sample.enabled = r.get<bool>(s, "sample", "enabled");
-    p.sample.width = r.positive(s, "sample", "width");
-    p.sample.height = r.positive(s, "sample", "height");
-    p.sample.batch_prompts = r.get<bool>(s, "sample", "batch_prompts");
-    p.sample.batch_guidance = r.get<bool>(s, "sample", "batch_guidance");
-    p.sample.frames = r.positive(s, "sample", "num_frames");
-    // Plans written before the host knobs existed have no host section: the defaults.
-    if (root["host"]) {
-        const YAML::Node h = r.section(root, "host", {"memory_caches", "threads"});
-        p.host.memory_caches = r.get<bool>(h, "host", "memory_caches");
-        p.host.threads = r.get<int>(h, "host", "threads");
-        if (p.host.threads < 0) r.fail("host.threads", "must not be negative");
-    }
-    for (const auto& kv : root) {
+    const PlanSection* section = nullptr;
+    YAML::Node node;
+    bool absent = false;  // a section written before it existed: its knobs keep the defaults
+    for_each_knob([&](const Knob& knob, const auto& field) {
+        if (knob.section != section) {
+            section = knob.section;
+            absent = section->may_be_absent && !doc[section->name];
+            const auto keys = std::find_if(sections.begin(), sections.end(),
+                                           [&](const auto& s) { return s.first == section; });
+            if (!absent) node.reset(r.section(doc, section->name, keys->second));
+        }
+        if (absent) return;
+        field.of(p) = r.read<std::decay_t<decltype(field.of(p))>>(node, knob);
+    });
+    for (const auto& kv : doc) {
         const std::string key = kv.first.as<std::string>();
-        if (key != "train" && key != "datasets" && key != "model" && key != "sample" &&
-            key != "host") {
+        if (std::none_of(sections.begin(), sections.end(),
+                         [&](const auto& s) { return key == s.first->name; })) {
             r.fail(key, "is not a plan section");
         }
     }

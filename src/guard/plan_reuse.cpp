@@ -2,59 +2,65 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 namespace loom::guard {
 
 namespace {
 
-std::int64_t cap_or_unlimited(const std::optional<std::int64_t>& cap) {
-    return cap.value_or(std::numeric_limits<std::int64_t>::max());
-}
-
-// `a` needs no more memory for previews than `b`.
-bool sampling_no_heavier(const SamplePlan& a, const SamplePlan& b) {
-    if (!a.enabled) return true;
-    if (!b.enabled) return false;
-    return a.width <= b.width && a.height <= b.height && a.frames <= b.frames &&
-           (!a.batch_prompts || b.batch_prompts) && (!a.batch_guidance || b.batch_guidance);
-}
-
-int fewer_threads(int a, int b) {
-    if (a > 0 && b > 0) return std::min(a, b);
-    return std::max(a, b);  // 0 is LibTorch's default (all cores): the other one is fewer
+// A knob's value on its memory scale (Plan::fields says which way it weighs): false < true, and
+// no cap (an unset optional, or 0 threads with ZeroIsUnlimited) is the largest of all.
+template <class T>
+std::int64_t scale(const Knob& knob, const T& value) {
+    constexpr std::int64_t kUnlimited = std::numeric_limits<std::int64_t>::max();
+    if constexpr (std::is_same_v<T, bool>) {
+        return value ? 1 : 0;
+    } else if constexpr (std::is_same_v<T, std::optional<std::int64_t>>) {
+        return value.value_or(kUnlimited);
+    } else {
+        static_assert(std::is_same_v<T, int>, "a knob type plan reuse cannot order");
+        return knob.zero_is_unlimited && value == 0 ? kUnlimited : value;
+    }
 }
 
 }  // namespace
 
 bool no_heavier(const Plan& a, const Plan& b) {
-    return (a.gradient_checkpointing || !b.gradient_checkpointing) &&
-           a.batch_size <= b.batch_size &&
-           cap_or_unlimited(a.max_bucket_pixels) <= cap_or_unlimited(b.max_bucket_pixels) &&
-           a.frames <= b.frames && a.low_vram >= b.low_vram &&
-           sampling_no_heavier(a.sample, b.sample);
+    bool lighter = true;
+    const PlanSection* switched_off = nullptr;  // off in `a`: its other knobs need no memory
+    for_each_knob([&](const Knob& knob, const auto& field) {
+        if (knob.section == switched_off) return;
+        const std::int64_t x = scale(knob, field.of(a));
+        const std::int64_t y = scale(knob, field.of(b));
+        switch (knob.weighs) {
+            case Weighs::kMoreDevice: lighter = lighter && x <= y; break;
+            case Weighs::kLessDevice: lighter = lighter && x >= y; break;
+            case Weighs::kMoreHost:
+            case Weighs::kNothing: break;  // not device memory
+        }
+        if (knob.switches_section && x == 0) switched_off = knob.section;
+    });
+    return lighter;
 }
 
 Plan lighter_of(const Plan& requested, const Plan& other) {
     Plan p = requested;
-    p.gradient_checkpointing = requested.gradient_checkpointing || other.gradient_checkpointing;
+    for_each_knob([&](const Knob& knob, const auto& field) {
+        const std::int64_t r = scale(knob, field.of(requested));
+        const std::int64_t o = scale(knob, field.of(other));
+        bool take_other = false;
+        switch (knob.weighs) {
+            case Weighs::kMoreDevice:
+            case Weighs::kMoreHost: take_other = o < r; break;
+            case Weighs::kLessDevice: take_other = o > r; break;
+            case Weighs::kNothing: break;  // accumulation: set below
+        }
+        if (take_other) field.of(p) = field.of(other);
+    });
+    // The job's effective batch with the smaller micro-batch: batch 1 when it does not divide.
     const int effective = requested.effective_batch();
-    p.batch_size = std::min(requested.batch_size, other.batch_size);
     if (effective % p.batch_size != 0) p.batch_size = 1;
     p.gradient_accumulation = effective / p.batch_size;
-    if (other.max_bucket_pixels) {
-        p.max_bucket_pixels =
-            std::min(cap_or_unlimited(requested.max_bucket_pixels), *other.max_bucket_pixels);
-    }
-    p.frames = std::min(requested.frames, other.frames);
-    p.low_vram = std::max(requested.low_vram, other.low_vram);
-    p.sample.enabled = requested.sample.enabled && other.sample.enabled;
-    p.sample.width = std::min(requested.sample.width, other.sample.width);
-    p.sample.height = std::min(requested.sample.height, other.sample.height);
-    p.sample.frames = std::min(requested.sample.frames, other.sample.frames);
-    p.sample.batch_prompts = requested.sample.batch_prompts && other.sample.batch_prompts;
-    p.sample.batch_guidance = requested.sample.batch_guidance && other.sample.batch_guidance;
-    p.host.memory_caches = requested.host.memory_caches && other.host.memory_caches;
-    p.host.threads = fewer_threads(requested.host.threads, other.host.threads);
     return p;
 }
 

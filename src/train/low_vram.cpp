@@ -7,7 +7,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
-#include "loom/device/sim_allocator.h"
+#include "loom/device/host_memory.h"
 #include "loom/model/adaptable_layers.h"
 
 namespace loom {
@@ -79,7 +79,7 @@ void LowVramMode::base_to_bf16(bool unet_on_device) {
             if (p.requires_grad() || p.scalar_type() != at::kFloat) continue;
             at::Tensor half;
             {
-                HostScope host;
+                HostAllocations host;
                 half = (on_device ? device_.to_host(p.data()) : p.data()).to(at::kBFloat16);
             }
             p.set_data(half);  // the float32 copy is released here

@@ -75,7 +75,7 @@ std::vector<at::Tensor> run_group(StableDiffusion& model,
         time_ids = StableDiffusion::time_ids(first.height, first.width, batch).to(device);
     }
     at::Tensor latents = at::cat(noise).to(device);
-    const bool euler = options.sampler == "euler";
+    const bool euler = options.sampler == config::PreviewSampler::kEuler;
     if (euler) {
         const EulerSampler sampler(schedule, first.steps);
         latents = latents * sampler.init_noise_sigma();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 
 #include "loom/core/error.h"
@@ -89,6 +90,16 @@ void RunFolder::prune(std::size_t keep) const {
     for (std::size_t i = 0; i + keep_states < checkpoints.size(); ++i) {
         fs::remove_all(checkpoint_dir(checkpoints[i]), ec);
     }
+}
+
+std::optional<fs::path> RunFolder::set_aside_checkpoints() const {
+    if (!fs::exists(state_dir()) || complete_checkpoints().empty()) return std::nullopt;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+    const fs::path aside = root_ / ("state.before-fresh-" + std::to_string(ms));
+    fs::rename(state_dir(), aside);
+    return aside;
 }
 
 void RunFolder::create() const {

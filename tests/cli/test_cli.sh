@@ -124,22 +124,22 @@ expect devices_dirty out "96.00 MiB    0 bytes"
 run devices_bad_vram 2 -- "$LOOM" devices --vram lots
 expect devices_bad_vram err "loom devices: --vram: invalid size 'lots'"
 
-run doctor_early 0 -- "$LOOM" doctor tests/guard/logs/aitk_step2_oom_loop.log
+run doctor_early 0 -- "$LOOM" doctor tests/doctor/logs/aitk_step2_oom_loop.log
 expect doctor_early out "case:  early_steps"
 expect doctor_early out "set \`train.gradient_checkpointing: true\`"
 expect doctor_early out "32: # OOM during training step, skipping batch 1/3 #"
 
-run doctor_loom 0 -- "$LOOM" doctor tests/guard/logs/loom_console.log
+run doctor_loom 0 -- "$LOOM" doctor tests/doctor/logs/loom_console.log
 expect doctor_loom out "case:  early_steps"
 expect doctor_loom out "line 10: train.gradient_checkpointing false -> true"
 
-run doctor_worker 0 -- "$LOOM" doctor tests/guard/logs/aitk_zero_bytes_free.log
+run doctor_worker 0 -- "$LOOM" doctor tests/doctor/logs/aitk_zero_bytes_free.log
 expect doctor_worker out "case:  worker_state"
 
-run doctor_json 0 -- "$LOOM" doctor --json tests/guard/logs/loom_events.jsonl
+run doctor_json 0 -- "$LOOM" doctor --json tests/doctor/logs/loom_events.jsonl
 expect doctor_json out "\"case\": \"sampling_only\""
 
-run doctor_no_oom 1 -- "$LOOM" doctor tests/guard/logs/no_oom.log
+run doctor_no_oom 1 -- "$LOOM" doctor tests/doctor/logs/no_oom.log
 expect doctor_no_oom out "case:  no_oom"
 
 run doctor_missing 3 -- "$LOOM" doctor "$TMP/nope.log"

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "data_test_util.h"
 #include "loom/data/dataset.h"
 #include "loom/data/image_tensor.h"
@@ -195,15 +197,30 @@ TEST(LatentCache, CachedTensorsAreHostResidentOnTheSimDevice) {
 TEST(TextEmbeddingCache, KeyedByCaptionAndModelInRamAndOnDisk) {
     TempDir dir;
     int calls = 0;
+    // A typed conditioning: a token context and a pooled embedding of other shapes.
     auto encode = [&](const std::string& caption) {
         ++calls;
-        return torch::full({2, 4}, float(caption.size()));
+        return NamedTensors{{"context", torch::full({3, 4}, float(caption.size()))},
+                            {"text_embeds", torch::full({5}, float(caption.size()) + 0.5f)}};
     };
-    at::Tensor first;
+    const auto same = [](const NamedTensors& a, const NamedTensors& b) {
+        if (a.size() != b.size()) return false;
+        for (const auto& [name, tensor] : a) {
+            const auto it =
+                std::find_if(b.begin(), b.end(), [&](const auto& e) { return e.first == name; });
+            if (it == b.end() || !torch::equal(it->second, tensor)) return false;
+        }
+        return true;
+    };
+    NamedTensors first;
     {
         TextEmbeddingCache cache("clip-l", true, dir.path());
         first = cache.get("p3r5on, a hat", encode);
-        EXPECT_TRUE(torch::equal(cache.get("p3r5on, a hat", encode), first));
+        ASSERT_EQ(first.size(), 2u);
+        EXPECT_EQ(first[0].first, "context");
+        EXPECT_EQ(first[0].second.sizes(), at::IntArrayRef({3, 4}));
+        EXPECT_EQ(first[1].second.sizes(), at::IntArrayRef({5}));
+        EXPECT_TRUE(same(cache.get("p3r5on, a hat", encode), first));
         cache.get("", encode);
         EXPECT_EQ(calls, 2);
         EXPECT_EQ(cache.stats().memory_hits, 1u);
@@ -213,7 +230,7 @@ TEST(TextEmbeddingCache, KeyedByCaptionAndModelInRamAndOnDisk) {
         EXPECT_EQ(*SafetensorsFile::open(file).metadata_value("caption"), "p3r5on, a hat");
     }
     TextEmbeddingCache reopened("clip-l", true, dir.path());
-    EXPECT_TRUE(torch::equal(reopened.get("p3r5on, a hat", encode), first));
+    EXPECT_TRUE(same(reopened.get("p3r5on, a hat", encode), first));  // both tensors, from disk
     EXPECT_EQ(calls, 2);
     EXPECT_EQ(reopened.stats().disk_hits, 1u);
 

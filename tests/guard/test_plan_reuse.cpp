@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "loom/guard/plan_reuse.h"
 
 namespace loom::guard {
@@ -73,6 +77,79 @@ TEST(PlanReuse, NoHeavierComparesEveryDeviceKnob) {
     mixed.batch_size = 8;
     EXPECT_FALSE(no_heavier(mixed, a));
     EXPECT_FALSE(no_heavier(a, mixed));
+}
+
+// The memory order, knob by knob, written out here rather than taken from Plan::fields: each
+// knob's lighter value, and whether it is device memory (no_heavier counts only those).
+struct LighterKnob {
+    std::string knob;
+    std::function<void(Plan&)> lighten;
+    bool device;
+};
+
+const std::vector<LighterKnob>& lighter_knobs() {
+    static const std::vector<LighterKnob> kKnobs = {
+        {"train.gradient_checkpointing", [](Plan& p) { p.gradient_checkpointing = true; }, true},
+        {"train.batch_size", [](Plan& p) { p.batch_size = 2; }, true},
+        {"train.gradient_accumulation", [](Plan& p) { p.gradient_accumulation = 2; }, false},
+        {"datasets.max_bucket_pixels", [](Plan& p) { p.max_bucket_pixels = 256 * 256; }, true},
+        {"datasets.num_frames", [](Plan& p) { p.frames = 1; }, true},
+        {"model.low_vram", [](Plan& p) { p.low_vram = 1; }, true},
+        {"sample.enabled", [](Plan& p) { p.sample.enabled = false; }, true},
+        {"sample.width", [](Plan& p) { p.sample.width = 256; }, true},
+        {"sample.height", [](Plan& p) { p.sample.height = 256; }, true},
+        {"sample.batch_prompts", [](Plan& p) { p.sample.batch_prompts = false; }, true},
+        {"sample.batch_guidance", [](Plan& p) { p.sample.batch_guidance = false; }, true},
+        {"sample.num_frames", [](Plan& p) { p.sample.frames = 1; }, true},
+        {"host.memory_caches", [](Plan& p) { p.host.memory_caches = false; }, false},
+        {"host.threads", [](Plan& p) { p.host.threads = 2; }, false},  // from 0: all cores
+    };
+    return kKnobs;
+}
+
+Plan heavy_plan() {  // job_plan() with frames to drop
+    Plan p = job_plan();
+    p.frames = 5;
+    p.sample.frames = 5;
+    return p;
+}
+
+TEST(PlanReuse, EveryKnobOfThePlanHasItsPlaceInTheMemoryOrder) {
+    std::vector<std::string> listed;
+    for_each_knob([&](const Knob& k, const auto&) { listed.push_back(k.name()); });
+    std::vector<std::string> ordered;
+    for (const LighterKnob& k : lighter_knobs()) ordered.push_back(k.knob);
+    EXPECT_EQ(ordered, listed);  // a new knob needs its row here
+
+    const Plan base = heavy_plan();
+    for (const LighterKnob& k : lighter_knobs()) {
+        Plan light = base;
+        k.lighten(light);
+        ASSERT_EQ(diff(base, light).size(), 1u) << k.knob;
+        EXPECT_TRUE(no_heavier(light, base)) << k.knob;
+        EXPECT_EQ(no_heavier(base, light), !k.device) << k.knob;
+        // The lighter of the two is the lighter one, whichever asks; the effective batch is
+        // always the requested plan's.
+        EXPECT_EQ(lighter_of(light, base), light) << k.knob;
+        Plan expected = light;
+        if (k.knob == "train.batch_size") expected.gradient_accumulation = 2;  // 4 = 2 x 2
+        if (k.knob == "train.gradient_accumulation") expected = base;
+        EXPECT_EQ(lighter_of(base, light), expected) << k.knob;
+    }
+}
+
+TEST(PlanReuse, ThreadsAreFewerWhenEitherPlanCapsThem) {
+    Plan a = heavy_plan();
+    Plan b = a;
+    a.host.threads = 4;
+    b.host.threads = 2;
+    EXPECT_EQ(lighter_of(a, b).host.threads, 2);
+    EXPECT_EQ(lighter_of(b, a).host.threads, 2);
+    b.host.threads = 0;  // all cores
+    EXPECT_EQ(lighter_of(a, b).host.threads, 4);
+    EXPECT_EQ(lighter_of(b, a).host.threads, 4);
+    a.host.threads = 0;
+    EXPECT_EQ(lighter_of(a, b).host.threads, 0);
 }
 
 TEST(PlanReuse, LighterOfKeepsTheJobsEffectiveBatchAndItsOwnLighterChoices) {

@@ -26,7 +26,7 @@ TEST(LowVramMode, RaisingToBf16NeedsNoFreeDeviceMemory) {
     auto device = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30);
     StableDiffusion model;
     {
-        HostScope host;  // as the trainer loads: into host memory
+        HostAllocations host;  // as the trainer loads: into host memory
         model = load_stable_diffusion(root / "model");
     }
     for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(model.unet.get()),

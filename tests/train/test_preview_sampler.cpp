@@ -44,7 +44,7 @@ TEST(PreviewSampler, BatchingDoesNotChangeTheImages) {
     EXPECT_GT((a[0].to(at::kInt) - a[1].to(at::kInt)).abs().max().item<int>(), 0);
     EXPECT_GT((a[0].to(at::kInt) - a[2].to(at::kInt)).abs().max().item<int>(), 0);
     PreviewOptions euler;
-    euler.sampler = "euler";
+    euler.sampler = config::PreviewSampler::kEuler;
     EXPECT_EQ(generate_previews(model, {requests[0]}, euler, cpu).size(), 1u);
     fs::remove_all(root);
 }

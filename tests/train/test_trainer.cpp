@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "loom/config/load.h"
+#include "loom/core/logging.h"
 #include "loom/model/tensor_file.h"
 #include "loom/train/trainer.h"
 #include "tiny_sd.h"
@@ -136,6 +137,21 @@ TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
     EXPECT_EQ(second.start_step, 3);
     EXPECT_EQ(second.end_step, 8);
     EXPECT_LE(testing::max_lora_difference(whole.final_lora, second.final_lora), 1e-5);
+}
+
+// Every way out of a run releases its loom.log: after the --stop-after hook (as if killed) a
+// later process of the same job — or anything else this process logs — must not write into it.
+TEST_F(TrainerTest, AStoppedRunReleasesItsLogFile) {
+    TrainOverrides stop;
+    stop.progress_line = false;
+    stop.stop_after_steps = 1;
+    const TrainSummary s = train_process(job("stopped", 4), 0, stop);
+    EXPECT_EQ(s.end_step, 1);
+    logger("train").info("after-the-stopped-run marker");
+    std::ifstream in(s.run_folder / "loom.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(log.find("step 1/4"), std::string::npos);
+    EXPECT_EQ(log.find("after-the-stopped-run marker"), std::string::npos);
 }
 
 TEST_F(TrainerTest, Bf16WithEmaAccumulationAndCosineRuns) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/config/choices.h"
 #include "loom/config/field_rules.h"
 
 namespace loom::config {
@@ -633,6 +634,9 @@ struct ProcessConfig {
     SampleConfig sample;
     LoggingConfig logging;
     OomConfig oom;
+    // The enumerations above as values, resolved once by the loader; not a YAML key (the YAML
+    // keeps the words as written), so neither read, emitted nor compared.
+    Choices choices;
 
     template <class V>
     static void fields(V& v) {

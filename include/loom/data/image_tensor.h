@@ -1,8 +1,8 @@
 #pragma once
 
 // Images as tensors: the form the VAE takes. Tensors made here are host-resident (created inside
-// a HostScope, device/sim_allocator.h), so loader buffers never count against the simulated
-// device's budget; the trainer moves them to the device.
+// a HostAllocations scope, device/host_memory.h), so loader buffers never count against the
+// simulated device's budget; the trainer moves them to the device.
 
 #include <ATen/core/Tensor.h>
 

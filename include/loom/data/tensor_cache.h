@@ -11,10 +11,11 @@
 // Key = the first 16 hex digits of SHA-256 over those fields, so a changed image, bucket, flip
 // or model gets a new entry and never a stale one.
 //
-// In RAM (keep_in_memory) the tensors are host-resident copies (HostScope): they never count
-// against the simulated device's budget. On disk:
+// In RAM (keep_in_memory) the tensors are host-resident copies (HostAllocations,
+// device/host_memory.h): they never count against the simulated device's budget. On disk:
 //   latents:    <image folder>/_latent_cache/<stem>_<key>.safetensors   (tensor "latent")
-//   embeddings: <dataset folder>/_t_e_cache/<key>.safetensors           (tensor "embedding")
+//   embeddings: <dataset folder>/_t_e_cache/<key>.safetensors           (the encoder's tensors,
+//               by their names: e.g. "context" and, for SDXL, "text_embeds")
 // written atomically, with the key's fields in the file's metadata. A file whose metadata does
 // not match, or that cannot be read, is stale: it is rebuilt (re-encoded and rewritten) with one
 // warning. get() returns a host tensor that shares storage with the RAM entry: callers move it
@@ -36,6 +37,7 @@
 #include <unordered_map>
 
 #include "loom/data/bucket.h"
+#include "loom/model/tensor_file.h"
 
 namespace loom::data {
 
@@ -88,16 +90,20 @@ class LatentCache {
     CacheStats stats_;
 };
 
+// A caption's conditioning is whatever named tensors the text encoder(s) produce for it (the
+// token context, a pooled embedding, ...): the cache stores and returns them as a set, any
+// count and any shapes, without knowing what they mean.
 class TextEmbeddingCache {
   public:
-    using Encode = std::function<at::Tensor(const std::string& caption)>;
+    using Encode = std::function<NamedTensors(const std::string& caption)>;
 
     // `disk_folder`: the dataset folder whose _t_e_cache/ holds the files; nullopt keeps the
     // cache in RAM only.
     TextEmbeddingCache(std::string model_identity, bool keep_in_memory,
                        std::optional<std::filesystem::path> disk_folder);
 
-    at::Tensor get(const std::string& caption, const Encode& encode);
+    // The caption's tensors, in the order the encoder returned them.
+    NamedTensors get(const std::string& caption, const Encode& encode);
 
     std::string key_for(const std::string& caption) const;  // 16 hex digits
     std::optional<std::filesystem::path> disk_path(const std::string& caption) const;
@@ -111,7 +117,7 @@ class TextEmbeddingCache {
     bool in_memory_;
     std::optional<std::filesystem::path> folder_;
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, at::Tensor> memory_;
+    std::unordered_map<std::string, NamedTensors> memory_;
     CacheStats stats_;
 };
 

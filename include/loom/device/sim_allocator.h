@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/device/host_memory.h"
 #include "loom/device/memory_stats.h"
 
 namespace at {
@@ -78,14 +79,8 @@ class SimAllocator final : public c10::Allocator {
     std::vector<Event> history_;
 };
 
-// While alive, allocations made by this thread are host-resident (not counted). Nests.
-class HostScope {
-  public:
-    HostScope();
-    ~HostScope();
-    HostScope(const HostScope&) = delete;
-    HostScope& operator=(const HostScope&) = delete;
-    static bool active();
-};
+// The allocator's switch: allocations inside a HostAllocations scope (device/host_memory.h) are
+// host-resident (not counted). Layers above the device layer use HostAllocations by that name.
+using HostScope = HostAllocations;
 
 }  // namespace loom

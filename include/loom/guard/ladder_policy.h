@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -123,5 +124,45 @@ int halve_sample_side(int side, int floor);
 int sample_floor(int smallest_bucket_side);
 // Video frames: half, kept of the form 4k+1 (81 → 41 → 21 → 9 → 5 → 1); 1 stays 1.
 int halve_frames(int frames);
+
+// ---------------------------------------------------------------------------------------------
+// The rung table: every rung of the ladder once per branch, in the order decide() tries them.
+// decide() walks it, and `loom doctor` reads it for its advice and its order, so the two never
+// disagree about what comes next.
+
+// Which failure a branch answers: a sampling OOM, a load or cache OOM, a training-step OOM of an
+// image or a video model, a save OOM, or host RAM (whatever the phase).
+enum class LadderBranch { kSampling, kLoadCache, kTrainImage, kTrainVideo, kSave, kHost };
+// "sampling", "load_cache", "train_image", "train_video", "save", "host".
+const char* to_string(LadderBranch branch);
+// The branch decide() walks for `event` (kHost for host RAM, else by the work that failed).
+LadderBranch ladder_branch(const OomEvent& event, const PolicyContext& context);
+
+// The rule of the training branches' row that stands for the whole sampling branch: its rungs,
+// in their order, with their own rule ids and this row's reason before theirs ("a sampling pass
+// ran just before this step: ..."), tried only when a sampling pass ran since the last step.
+inline constexpr const char* kSamplingRungsRule = "sample.*";
+
+struct RungSpec {
+    std::string rule;  // the Decision::rule it produces ("train.gradient_checkpointing")
+    LadderBranch branch;
+    std::vector<std::string> knobs;  // the plan knobs it turns, as diff() names them
+    // Decision::reason when it is taken (sample.halve_size adds " (floor N px)").
+    std::string reason;
+    // The same change made by hand, in the job YAML loom and ai-toolkit share ("set
+    // `train.gradient_checkpointing: true`"), and in the flags of kohya sd-scripts and the
+    // diffusers training scripts.
+    std::string advice;
+    std::string flag_advice;
+};
+
+// Every row, branch by branch. A rule may appear in several branches (the bucket rung of image
+// and video models) or twice in one (video frames are halved once first, then again later).
+// Built once; safe to read from any thread.
+const std::vector<RungSpec>& rung_table();
+// The rows of one branch, in order (pointers into rung_table()).
+std::vector<const RungSpec*> rungs_of(LadderBranch branch);
+// The first row with `rule`, or nullptr.
+const RungSpec* find_rung(std::string_view rule);
 
 }  // namespace loom::guard

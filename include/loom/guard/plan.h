@@ -9,15 +9,21 @@
 // keeps: batch 4 × 1 becomes batch 1 × 4. Which items a step trains on is decided by the job's
 // own batch and accumulation (the data order), so a plan change never changes the data.
 //
+// Each knob is listed once, in Plan::fields() (rules in plan_fields.h); the functions below walk
+// that list, except describe() and the ai-toolkit keys of plan_from_job, which say each knob in
+// their own words (tests/guard/test_plan.cpp checks that they miss none).
+//
 // Plain C++, no torch.
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "loom/config/job.h"
+#include "loom/guard/plan_fields.h"
 
 namespace loom::guard {
 
@@ -29,11 +35,8 @@ struct SamplePlan {
     bool batch_guidance = true;  // conditional and unconditional passes in one batch
     int frames = 1;              // video previews
 
-    bool operator==(const SamplePlan& o) const {
-        return enabled == o.enabled && width == o.width && height == o.height &&
-               batch_prompts == o.batch_prompts && batch_guidance == o.batch_guidance &&
-               frames == o.frames;
-    }
+    // Every sample knob of Plan::fields.
+    bool operator==(const SamplePlan& o) const;
     bool operator!=(const SamplePlan& o) const { return !(*this == o); }
 };
 
@@ -42,9 +45,8 @@ struct HostPlan {
     bool memory_caches = true;  // latents and text embeddings kept in RAM (else on disk)
     int threads = 0;            // intra-op CPU threads; 0: LibTorch's default
 
-    bool operator==(const HostPlan& o) const {
-        return memory_caches == o.memory_caches && threads == o.threads;
-    }
+    // Every host knob of Plan::fields.
+    bool operator==(const HostPlan& o) const;
     bool operator!=(const HostPlan& o) const { return !(*this == o); }
 };
 
@@ -62,14 +64,121 @@ struct Plan {
 
     int effective_batch() const { return batch_size * gradient_accumulation; }
 
-    bool operator==(const Plan& o) const {
-        return gradient_checkpointing == o.gradient_checkpointing && batch_size == o.batch_size &&
-               gradient_accumulation == o.gradient_accumulation &&
-               max_bucket_pixels == o.max_bucket_pixels && frames == o.frames &&
-               low_vram == o.low_vram && sample == o.sample && host == o.host;
-    }
+    // Every knob of fields().
+    bool operator==(const Plan& o) const;
     bool operator!=(const Plan& o) const { return !(*this == o); }
+
+    // plan.yaml's sections, in the file's order. The host section came later.
+    static constexpr PlanSection kTrain{"train"};
+    static constexpr PlanSection kDatasets{"datasets"};
+    static constexpr PlanSection kModel{"model"};
+    static constexpr PlanSection kSample{"sample"};
+    static constexpr PlanSection kHost{"host", /*may_be_absent=*/true};
+
+    // Every knob, once, in plan.yaml's order (which is also diff's): its section and key, where
+    // it lives, which way it weighs (plan_fields.h) and its other rules. Adding a member to the
+    // plan without an entry here does not compile (plan.cpp counts them).
+    template <class V>
+    static constexpr void fields(V& v) {
+        v(kTrain, "gradient_checkpointing", &Plan::gradient_checkpointing, Weighs::kLessDevice);
+        v(kTrain, "batch_size", &Plan::batch_size, Weighs::kMoreDevice, AtLeast{1},
+          EffectiveBatch{});
+        v(kTrain, "gradient_accumulation", &Plan::gradient_accumulation, Weighs::kNothing,
+          AtLeast{1}, EffectiveBatch{});
+        v(kDatasets, "max_bucket_pixels", &Plan::max_bucket_pixels, Weighs::kMoreDevice, AtLeast{1},
+          OomKey{&config::OomConfig::max_bucket_pixels});
+        v(kDatasets, "num_frames", &Plan::frames, Weighs::kMoreDevice, AtLeast{1});
+        v(kModel, "low_vram", &Plan::low_vram, Weighs::kLessDevice, AtLeast{0},
+          OomKey{&config::OomConfig::low_vram_level});
+        v(kSample, "enabled", in(&Plan::sample, &SamplePlan::enabled), Weighs::kMoreDevice,
+          SwitchesSection{});
+        v(kSample, "width", in(&Plan::sample, &SamplePlan::width), Weighs::kMoreDevice, AtLeast{1});
+        v(kSample, "height", in(&Plan::sample, &SamplePlan::height), Weighs::kMoreDevice,
+          AtLeast{1});
+        v(kSample, "batch_prompts", in(&Plan::sample, &SamplePlan::batch_prompts),
+          Weighs::kMoreDevice, OomKey{&config::OomConfig::sample_batch_prompts});
+        v(kSample, "batch_guidance", in(&Plan::sample, &SamplePlan::batch_guidance),
+          Weighs::kMoreDevice, OomKey{&config::OomConfig::sample_batch_guidance});
+        v(kSample, "num_frames", in(&Plan::sample, &SamplePlan::frames), Weighs::kMoreDevice,
+          AtLeast{1});
+        v(kHost, "memory_caches", in(&Plan::host, &HostPlan::memory_caches), Weighs::kMoreHost,
+          OomKey{&config::OomConfig::host_memory_caches});
+        v(kHost, "threads", in(&Plan::host, &HostPlan::threads), Weighs::kMoreHost, AtLeast{0},
+          ZeroIsUnlimited{}, OomKey{&config::OomConfig::host_threads});
+    }
 };
+
+namespace detail {
+
+// Turns each entry of Plan::fields into (Knob, field) for for_each_knob.
+template <class F>
+struct KnobVisitor {
+    F& f;
+
+    template <class T, class... Rules>
+    constexpr void operator()(const PlanSection& section, const char* key, T Plan::*member,
+                              Rules... rules) {
+        visit(section, key, KnobAt<Plan, T>{member}, rules...);
+    }
+    template <class G, class T, class... Rules>
+    constexpr void operator()(const PlanSection& section, const char* key, KnobIn<Plan, G, T> field,
+                              Rules... rules) {
+        visit(section, key, field, rules...);
+    }
+
+  private:
+    template <class Field, class... Rules>
+    constexpr void visit(const PlanSection& section, const char* key, Field field, Rules... rules) {
+        static_assert((std::is_same_v<Rules, Weighs> + ... + 0) == 1,
+                      "every knob of Plan::fields says once which way it weighs");
+        Knob knob;
+        knob.section = &section;
+        knob.key = key;
+        (apply(knob, field, rules), ...);
+        f(static_cast<const Knob&>(knob), static_cast<const Field&>(field));
+    }
+
+    template <class Field>
+    static constexpr void apply(Knob& k, Field&, Weighs w) {
+        k.weighs = w;
+    }
+    template <class Field>
+    static constexpr void apply(Knob& k, Field&, AtLeast a) {
+        static_assert(!std::is_same_v<typename Field::Value, bool>, "AtLeast needs a number");
+        k.has_floor = true;
+        k.at_least = a.min;
+    }
+    template <class Field>
+    static constexpr void apply(Knob& k, Field&, EffectiveBatch) {
+        k.effective_batch = true;
+    }
+    template <class Field>
+    static constexpr void apply(Knob& k, Field&, SwitchesSection) {
+        static_assert(std::is_same_v<typename Field::Value, bool>, "only a bool switches");
+        k.switches_section = true;
+    }
+    template <class Field>
+    static constexpr void apply(Knob& k, Field&, ZeroIsUnlimited) {
+        static_assert(std::is_same_v<typename Field::Value, int>, "ZeroIsUnlimited needs an int");
+        k.zero_is_unlimited = true;
+    }
+    template <class Field, class T>
+    static constexpr void apply(Knob&, Field& field, OomKey<T> key) {
+        static_assert(std::is_same_v<typename Field::Value, T>, "the oom key has another type");
+        field.oom = key.member;
+    }
+};
+
+}  // namespace detail
+
+// Calls f(knob, field) for every knob of Plan::fields, in the list's order: `knob` is the Knob
+// (name, section, rules), `field` a KnobAt or KnobIn whose `of(plan)` is the knob's value
+// (`Value` its type, `oom` its OomKey member or null).
+template <class F>
+constexpr void for_each_knob(F&& f) {
+    detail::KnobVisitor<F> v{f};
+    Plan::fields(v);
+}
 
 // The plan a job asks for: train.gradient_checkpointing, the (common) batch size,
 // train.gradient_accumulation, the largest dataset num_frames, model.low_vram, and the sample

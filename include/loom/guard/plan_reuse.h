@@ -25,14 +25,15 @@
 
 namespace loom::guard {
 
-// True when every device-memory knob of `a` needs no more than `b`'s: checkpointing on or
-// `b`'s off, micro-batch, bucket cap and frames no larger, low_vram no lower, and sampling off
-// or no larger (size, frames, batching). Host RAM knobs and accumulation do not count.
+// True when every device-memory knob of `a` needs no more than `b`'s, each in the direction
+// Plan::fields gives it (Weighs): checkpointing on or `b`'s off, micro-batch, bucket cap and
+// frames no larger, low_vram no lower, and sampling off or no larger (size, frames, batching).
+// Host RAM knobs and accumulation do not count.
 bool no_heavier(const Plan& a, const Plan& b);
 
-// Per knob, the lighter of the two; the micro-batch shrinks to `other`'s with accumulation
-// raised to keep `requested`'s effective batch (batch 1 when the smaller batch does not divide
-// it). Host knobs too: caches on disk when either says so, the fewer threads.
+// Per knob of Plan::fields, the lighter of the two; the micro-batch shrinks to `other`'s with
+// accumulation raised to keep `requested`'s effective batch (batch 1 when the smaller batch does
+// not divide it). Host knobs too: caches on disk when either says so, the fewer threads.
 Plan lighter_of(const Plan& requested, const Plan& other);
 
 struct Reuse {

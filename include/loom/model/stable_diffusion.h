@@ -14,6 +14,7 @@
 #include "loom/model/clip_tokenizer.h"
 #include "loom/model/diffusers_folder.h"
 #include "loom/model/noise_schedule.h"
+#include "loom/model/text_conditioning.h"
 #include "loom/model/unet_2d_condition.h"
 
 namespace loom {
@@ -32,12 +33,6 @@ const ArchSpec* find_arch_spec(const std::string& name);
 
 // "sd1", "sd2" or "sdxl" from the pipeline class and the text encoder's width.
 std::string detect_arch(const DiffusersFolder& folder);
-
-// Conditioning produced by the text encoder(s) for a batch of prompts.
-struct TextConditioning {
-    at::Tensor context;      // [B, 77, cross_attention_dim]
-    at::Tensor text_embeds;  // [B, pooled] (SDXL) or undefined
-};
 
 struct StableDiffusion {
     std::string arch;

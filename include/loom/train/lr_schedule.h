@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/config/choices.h"
+
 namespace loom {
 
 struct LrSchedule {
-    std::string kind = "constant";  // constant | constant_with_warmup | cosine | linear
+    config::LrScheduler kind = config::LrScheduler::kConstant;
     double base_lr = 1e-4;
     int64_t total_steps = 1000;
     int64_t warmup_steps = 0;  // constant_with_warmup (ai-toolkit's default is 1000)
@@ -23,7 +25,10 @@ struct LrSchedule {
     double lr_at(int64_t step) const;
 };
 
-// Throws loom::Error for an unknown kind.
+LrSchedule make_lr_schedule(config::LrScheduler kind, double base_lr, int64_t total_steps,
+                            int64_t warmup_steps);
+// The same from train.lr_scheduler's word; throws loom::ConfigError for a word the schema does
+// not know (ai-toolkit's schedulers loom does not implement yet run as constant).
 LrSchedule make_lr_schedule(const std::string& kind, double base_lr, int64_t total_steps,
                             int64_t warmup_steps);
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/choices.h"
 #include "loom/model/stable_diffusion.h"
 
 namespace loom {
@@ -26,9 +27,9 @@ struct PreviewRequest {
 };
 
 struct PreviewOptions {
-    std::string sampler = "ddim";  // ddim | euler | ddpm (ddpm runs as ddim)
-    bool batch_prompts = true;     // all prompts in one batch (else one at a time)
-    bool batch_guidance = true;    // cond and uncond in one pass (else two passes)
+    config::PreviewSampler sampler = config::PreviewSampler::kDdim;  // ddpm runs as ddim
+    bool batch_prompts = true;   // all prompts in one batch (else one at a time)
+    bool batch_guidance = true;  // cond and uncond in one pass (else two passes)
 };
 
 // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order. The same request

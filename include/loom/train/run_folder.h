@@ -46,6 +46,9 @@ class RunFolder {
     // Deletes the oldest step LoRA files and checkpoints beyond `keep`
     // (save.max_step_saves_to_keep).
     void prune(std::size_t keep) const;
+    // --fresh: moves state/ (when it holds a complete checkpoint) to state.before-fresh-<ms>/
+    // so no rerun resumes from it, and returns where; nothing saved is deleted.
+    std::optional<std::filesystem::path> set_aside_checkpoints() const;
 
     void create() const;  // the folder and its samples/ and state/
     bool exists() const;

@@ -1,0 +1,72 @@
+#pragma once
+
+// The training objective of the SD family (DDPM, epsilon or v-prediction): what noise a training
+// example gets, at which timestep, what the model is asked to predict, and the loss. Every random
+// draw is a function of (seed, step, slot) alone, so a slot gets the same noise and timestep in
+// whichever micro-batch a retry puts it (DESIGN.md "Retry semantics"), and a resumed run draws
+// what the uninterrupted one would have.
+//
+// Unit-testable without a UNet: the draws and the loss are plain tensor math.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "loom/config/choices.h"
+#include "loom/config/job.h"
+#include "loom/model/noise_schedule.h"
+
+namespace loom {
+
+class Device;
+
+struct ObjectiveOptions {
+    int min_timestep = 0;    // train.min_denoising_steps
+    int max_timestep = 999;  // train.max_denoising_steps (inclusive)
+    config::TimestepBias bias = config::TimestepBias::kBalanced;
+    double noise_offset = 0.0;  // train.noise_offset: a per-channel constant added to the noise
+    config::LossType loss = config::LossType::kMse;
+
+    static ObjectiveOptions from(const config::ProcessConfig& process);
+};
+
+// The timestep for a uniform draw u in [0, 1): balanced is uniform over [lo, hi]; content
+// (train.content_or_style) shapes u to u³, so low timesteps come more often; style to 1 − u³,
+// so high (noisier) timesteps do.
+std::int64_t shaped_timestep(double u, int lo, int hi, config::TimestepBias bias);
+
+// A micro-batch's examples: the noised latents and what the model must predict. The per-slot
+// draws are kept alive with it (they are what a retry redraws identically).
+struct NoisedBatch {
+    std::vector<at::Tensor> slot_noise;    // [C, H, W] float32 per slot
+    std::vector<at::Tensor> slot_offsets;  // [C, 1, 1] per slot, with a noise offset
+    std::vector<std::int64_t> slot_timesteps;
+    at::Tensor noise;      // [B, C, H, W] on the device, offset included
+    at::Tensor timesteps;  // [B] int64 on the device
+    at::Tensor noisy;      // [B, C, H, W] the model's input
+    at::Tensor target;     // [B, C, H, W] epsilon or velocity (the schedule's prediction type)
+};
+
+class DiffusionObjective {
+  public:
+    DiffusionObjective() = default;
+    DiffusionObjective(ObjectiveOptions options, NoiseSchedule schedule);
+
+    const NoiseSchedule& schedule() const { return schedule_; }
+
+    // Noises `x0` ([B, C, H, W] on `device`): slot b of the batch is slot `slots[b]` of step
+    // `step_index` (0-based) of a run seeded with `seed`.
+    NoisedBatch noise(const at::Tensor& x0, const std::vector<std::size_t>& slots,
+                      std::uint64_t seed, std::int64_t step_index, const Device& device) const;
+
+    // The mean loss of `prediction` against `target`, computed in float32.
+    at::Tensor loss(const at::Tensor& prediction, const at::Tensor& target) const;
+
+  private:
+    ObjectiveOptions options_;
+    NoiseSchedule schedule_;
+};
+
+}  // namespace loom

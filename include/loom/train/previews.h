@@ -1,0 +1,47 @@
+#pragma once
+
+// The job's preview samples (`sample:` block) during training: the requests (legacy `prompts`
+// then `samples[]` items, "[trigger]" filled in), rendered with the LoRA at the sampling
+// multiplier and the EMA weights under the plan's sampling knobs (size cap, batching), and
+// written to the run folder's samples/ as one PNG per prompt plus a grid.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/config/job.h"
+#include "loom/guard/plan.h"
+#include "loom/train/preview_sampler.h"
+
+namespace loom {
+
+class LoRATraining;
+class LowVramMode;
+class RunFolder;
+struct StableDiffusion;
+
+// The job's previews as requests, in order.
+std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& process);
+
+// What the trainer lends the previews: the model with its LoRA, the encoders' placement, the
+// device.
+struct PreviewModel {
+    StableDiffusion& model;
+    LoRATraining& lora;
+    LowVramMode& low_vram;
+    const at::Device device;
+};
+
+// Runs `requests` under `sample_plan` (each request capped to its width/height, batching as it
+// says); the LoRA's training mode, multiplier and weights are restored even when an OOM
+// unwinds. Images as uint8 [H, W, 3] CPU tensors in request order.
+std::vector<at::Tensor> render_previews(const PreviewModel& preview,
+                                        std::vector<PreviewRequest> requests,
+                                        const guard::SamplePlan& sample_plan,
+                                        const config::ProcessConfig& process);
+
+// samples/<time>__<step>_<i>.png for each image and <time>__<step>_grid.png.
+void write_previews(const RunFolder& run, std::int64_t step, const std::vector<at::Tensor>& images);
+
+}  // namespace loom

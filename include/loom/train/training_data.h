@@ -1,0 +1,92 @@
+#pragma once
+
+// The training set of a run: the job's datasets scanned and expanded into items (resolutions,
+// repeats, flips), the items bucketed under the plan's bucket cap, the seeded data order that
+// hands out each step's batches, and the latent / text-embedding caches. It owns the memory
+// knobs that are about data — the bucket cap and where the caches live — and applies them when
+// the plan changes. The encoders themselves belong to the model: callers pass them in.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/config/job.h"
+#include "loom/data/bucket.h"
+#include "loom/data/caption.h"
+#include "loom/data/data_order.h"
+#include "loom/data/dataset.h"
+#include "loom/data/micro_batch.h"
+#include "loom/data/tensor_cache.h"
+#include "loom/guard/ladder_policy.h"
+#include "loom/guard/plan.h"
+
+namespace loom {
+
+// One image of the training set at one resolution, flipped or not, from one dataset.
+struct TrainingItem {
+    std::size_t dataset;
+    const data::ImageRecord* image;
+    data::DatasetItem item;
+};
+
+class TrainingData {
+  public:
+    // Scans `process`'s datasets (throws like data::scan_dataset), buckets the items with sides
+    // divisible by `divisibility` under `plan`, and sets up the caches the job asks for.
+    // `model_identity` keys the caches; `run_root` holds the text cache once caches leave RAM.
+    TrainingData(const config::ProcessConfig& process, int divisibility, std::string model_identity,
+                 const guard::Plan& plan, std::filesystem::path run_root, std::uint64_t seed);
+
+    data::DataOrder& order() { return *order_; }
+    const data::BucketPlan& buckets() const { return order_->plan(); }
+    const TrainingItem& item(std::size_t index) const { return items_.at(index); }
+    bool caches_latents() const { return cache_latents_; }
+
+    // The knobs data owns: datasets.max_bucket_pixels, host.memory_caches, and the text cache
+    // that low_vram needs (the text encoder leaves the device).
+    void apply_plan(const guard::Plan& from, const guard::Plan& to);
+    guard::BucketFacts bucket_facts() const;
+    void log_buckets() const;
+
+    // Encodes an item's fitted, flipped image ([3, H, W] in [-1, 1]) into its latent.
+    using LatentEncode =
+        std::function<at::Tensor(const TrainingItem& item, const at::Tensor& image)>;
+    // The latent of item `index` at `bucket`, from the cache or through `encode`.
+    at::Tensor latent(std::size_t index, data::BucketSize bucket, const LatentEncode& encode);
+    // Every item's latent at its bucket (the cache phase). After an OOM, the retry skips what is
+    // already cached.
+    void cache_all_latents(const LatentEncode& encode);
+    // A caption's conditioning tensors, from the cache or through `encode`.
+    NamedTensors conditioning(const std::string& caption,
+                              const data::TextEmbeddingCache::Encode& encode);
+    // The caption slot `slot` of a step trains on (dropout, shuffling: seeded by the slot).
+    std::string caption(const data::StepSlot& slot, const std::vector<data::Batch>& batches,
+                        std::uint64_t seed) const;
+
+  private:
+    void build_caches(const guard::Plan& p);
+    std::unique_ptr<data::TextEmbeddingCache> make_text_cache(const guard::Plan& p) const;
+
+    std::vector<data::ScannedDataset> datasets_;
+    std::vector<data::CaptionOptions> caption_options_;
+    std::vector<data::DatasetItem> dataset_items_;  // what buckets are assigned from
+    std::vector<data::ImageSize> image_sizes_;
+    int divisibility_;
+    std::vector<TrainingItem> items_;
+    std::unique_ptr<data::DataOrder> order_;
+    std::unique_ptr<data::LatentCache> latent_cache_;
+    std::unique_ptr<data::TextEmbeddingCache> text_cache_;
+    bool cache_latents_ = false;
+    bool cache_disk_latents_ = false;
+    bool cache_text_ = false;
+    std::string cache_identity_;
+    std::filesystem::path run_root_;
+};
+
+}  // namespace loom

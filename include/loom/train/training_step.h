@@ -1,0 +1,80 @@
+#pragma once
+
+// One training step of the LoRA: the step's items (drawn once from the data order), cut into
+// micro-batches of the plan's batch size, each one forward and backward with its loss weighted
+// by its share of the step, then one optimizer update. The update runs only after every
+// micro-batch succeeded, so an OOM never leaves a half-applied step; a retry starts again from
+// the same items and the same RNG state (DESIGN.md "Retry semantics").
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/data/data_order.h"
+#include "loom/data/micro_batch.h"
+#include "loom/data/tensor_cache.h"
+#include "loom/guard/plan.h"
+#include "loom/train/step_times.h"
+#include "loom/train/training_data.h"
+
+namespace loom {
+
+class Device;
+class DiffusionObjective;
+class LoRATraining;
+struct StableDiffusion;
+namespace guard {
+class Guard;
+}
+
+// The work of one training step, drawn once: the batches the data order handed out for it and
+// the torch RNG state before it. A retry after an OOM trains on exactly these, however the plan
+// now cuts them into micro-batches.
+struct StepWork {
+    std::int64_t index = 0;  // 0-based; the step's number is index + 1
+    std::vector<data::Batch> batches;
+    at::Tensor rng_state;
+};
+
+class TrainingStep {
+  public:
+    // What a step works with; every reference must outlive the TrainingStep.
+    struct Parts {
+        const Device& device;
+        StableDiffusion& model;
+        TrainingData& data;
+        LoRATraining& lora;
+        const DiffusionObjective& objective;
+        guard::Guard& guard;
+        TrainingData::LatentEncode encode_latent;
+        data::TextEmbeddingCache::Encode encode_text;
+    };
+    TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumulation, double max_grad_norm);
+
+    // The next step's batches (train.gradient_accumulation of them) and the RNG state.
+    StepWork draw(std::int64_t index);
+    // Trains `work` under `plan`; returns the step's mean loss (the step's one device sync).
+    double run(const StepWork& work, const guard::Plan& plan);
+    // One forward+backward at the worst case under `plan` (the largest active bucket, a full
+    // micro-batch), no optimizer update, gradients back to undefined. Returns the bucket.
+    std::string probe(const guard::Plan& plan);
+
+    // Where the last successful attempt's time went.
+    const StepTimes& times() const { return times_; }
+
+  private:
+    at::Tensor forward_backward(const data::MicroBatch& micro,
+                                const std::vector<data::Batch>& batches, std::int64_t step_index,
+                                std::size_t step_items);
+
+    Parts parts_;
+    std::uint64_t seed_;
+    int gradient_accumulation_;
+    double max_grad_norm_;
+    StepTimes times_;
+};
+
+}  // namespace loom

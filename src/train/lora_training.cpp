@@ -1,0 +1,130 @@
+#include "loom/train/lora_training.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "loom/core/error.h"
+#include "loom/core/logging.h"
+#include "loom/device/device.h"
+#include "loom/lora/lora_file.h"
+
+namespace loom {
+
+namespace {
+
+at::ScalarType scalar_type(config::SaveDtype d) {
+    switch (d) {
+        case config::SaveDtype::kFloat16: return at::kHalf;
+        case config::SaveDtype::kBFloat16: return at::kBFloat16;
+        case config::SaveDtype::kFloat32: break;
+    }
+    return at::kFloat;
+}
+
+LoRAFileLayout file_layout(config::LoRAKeyLayout layout) {
+    switch (layout) {
+        case config::LoRAKeyLayout::kPeft: return LoRAFileLayout::kPeft;
+        case config::LoRAKeyLayout::kKohya: break;
+    }
+    return LoRAFileLayout::kKohya;
+}
+
+// ai-toolkit's default warmup for constant_with_warmup when num_warmup_steps is not given.
+constexpr int kDefaultWarmupSteps = 1000;
+
+}  // namespace
+
+LoRATraining::LoRATraining(const config::ProcessConfig& process, UNet2DConditionModel& unet,
+                           const Device& device, std::uint64_t seed) {
+    const config::NetworkConfig& n = process.network;
+    LoRANetworkOptions o;
+    o.linear.rank = n.linear;
+    o.linear.alpha = n.linear_alpha.value_or(n.alpha);
+    o.linear.dropout = n.dropout.value_or(0.0);
+    if (n.conv) o.conv = LoRAOptions{*n.conv, n.conv_alpha.value_or(*n.conv), o.linear.dropout};
+    o.rules.only_if_contains = n.network_kwargs.only_if_contains;
+    o.rules.ignore_if_contains = n.network_kwargs.ignore_if_contains;
+    at::manual_seed(seed);  // reproducible LoRA initialisation
+    network_ = std::make_unique<LoRANetwork>(LoRANetwork::inject(*unet, o));
+    {
+        torch::NoGradGuard no_grad;
+        for (const LoRATarget& t : network_->targets()) {
+            t.adapter->down.set_data(device.to_device(t.adapter->down.data()));
+            t.adapter->up.set_data(device.to_device(t.adapter->up.data()));
+        }
+    }
+    if (n.pretrained_lora_path) load_lora(*network_, *n.pretrained_lora_path);
+    network_->set_training(true);
+    const config::TrainConfig& t = process.train;
+    AdamWOptions ao;
+    ao.lr = t.unet_lr.value_or(t.lr);
+    ao.beta1 = t.optimizer_params.betas.at(0);
+    ao.beta2 = t.optimizer_params.betas.at(1);
+    ao.eps = t.optimizer_params.eps;
+    ao.weight_decay = t.optimizer_params.weight_decay;
+    optimizer_ = std::make_unique<AdamW>(network_->parameters(), ao);
+    const config::LrScheduler kind = process.choices.lr_scheduler;
+    schedule_ = make_lr_schedule(
+        kind, ao.lr, t.steps,
+        t.lr_scheduler_params.num_warmup_steps.value_or(
+            kind == config::LrScheduler::kConstantWithWarmup ? kDefaultWarmupSteps : 0));
+    if (t.ema_config.use_ema) {
+        ema_ = std::make_unique<Ema>(network_->parameters(), t.ema_config.ema_decay);
+    }
+    logger("train").info("LoRA: {} modules, rank {}, alpha {}", network_->targets().size(),
+                         n.linear, o.linear.alpha);
+}
+
+void LoRATraining::step(std::int64_t step_index, double max_grad_norm) {
+    if (max_grad_norm > 0) optimizer_->clip_grad_norm(max_grad_norm);
+    optimizer_->step(schedule_.lr_at(step_index));
+    optimizer_->zero_grad();
+    if (ema_) ema_->update(network_->parameters());
+}
+
+void LoRATraining::save_file(const std::filesystem::path& file,
+                             const config::ProcessConfig& process, SafetensorsMetadata metadata) {
+    EmaWeights ema(*this);
+    save_lora(*network_, file, file_layout(process.choices.lora_layout),
+              scalar_type(process.choices.save_dtype), std::move(metadata));
+}
+
+CheckpointState LoRATraining::checkpoint(std::int64_t step) const {
+    CheckpointState s;
+    s.step = step;
+    s.optimizer_steps = optimizer_->steps_taken();
+    for (const auto& p : network_->parameters()) s.lora.push_back(p.detach().cpu());
+    for (const auto& t : optimizer_->exp_avg()) s.exp_avg.push_back(t.cpu());
+    for (const auto& t : optimizer_->exp_avg_sq()) s.exp_avg_sq.push_back(t.cpu());
+    if (ema_) {
+        for (const auto& t : ema_->shadow()) s.ema.push_back(t.cpu());
+    }
+    return s;
+}
+
+void LoRATraining::restore(const CheckpointState& s, const std::filesystem::path& source) {
+    const auto params = network_->parameters();
+    if (s.lora.size() != params.size()) {
+        throw FormatError(source.string(),
+                          "holds " + std::to_string(s.lora.size()) +
+                              " LoRA tensors but the job's network has " +
+                              std::to_string(params.size()) +
+                              "; the network settings changed since it was saved (use --fresh to "
+                              "start over)");
+    }
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(s.lora[i]);
+    optimizer_->load_state(s.optimizer_steps, s.exp_avg, s.exp_avg_sq);
+    if (ema_ && !s.ema.empty()) ema_->load(s.ema);
+}
+
+LoRATraining::EmaWeights::EmaWeights(LoRATraining& training)
+    : ema_(training.ema_.get()), params_(training.parameters()) {
+    if (ema_) ema_->swap(params_);
+}
+
+LoRATraining::EmaWeights::~EmaWeights() {
+    if (ema_) ema_->swap(params_);
+}
+
+}  // namespace loom

@@ -1,0 +1,78 @@
+#include "loom/train/objective.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "loom/data/rng.h"
+#include "loom/device/device.h"
+
+namespace loom {
+
+namespace {
+
+// The noise offset's generator stream, apart from the slot's own (noise, timestep).
+constexpr std::uint64_t kOffsetStream = 1000003;
+
+}  // namespace
+
+ObjectiveOptions ObjectiveOptions::from(const config::ProcessConfig& process) {
+    ObjectiveOptions o;
+    o.min_timestep = process.train.min_denoising_steps;
+    o.max_timestep = process.train.max_denoising_steps;
+    o.bias = process.choices.timestep_bias;
+    o.noise_offset = process.train.noise_offset;
+    o.loss = process.choices.loss;
+    return o;
+}
+
+std::int64_t shaped_timestep(double u, int lo, int hi, config::TimestepBias bias) {
+    double shaped = u;
+    switch (bias) {
+        case config::TimestepBias::kBalanced: break;
+        case config::TimestepBias::kContent: shaped = u * u * u; break;
+        case config::TimestepBias::kStyle: shaped = 1.0 - u * u * u; break;
+    }
+    return std::min<std::int64_t>(hi, lo + static_cast<std::int64_t>(shaped * (hi - lo + 1)));
+}
+
+DiffusionObjective::DiffusionObjective(ObjectiveOptions options, NoiseSchedule schedule)
+    : options_(options), schedule_(std::move(schedule)) {}
+
+NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<std::size_t>& slots,
+                                      std::uint64_t seed, std::int64_t step_index,
+                                      const Device& device) const {
+    const auto step_seed = static_cast<std::uint64_t>(step_index);
+    NoisedBatch b;
+    for (const std::size_t slot : slots) {
+        at::Generator gen = at::detail::createCPUGenerator(data::mix_seed(seed, step_seed, slot));
+        b.slot_noise.push_back(at::randn(x0.sizes().slice(1), gen, at::kFloat));
+        const double u = at::rand({1}, gen, at::kDouble).item<double>();
+        b.slot_timesteps.push_back(
+            shaped_timestep(u, options_.min_timestep, options_.max_timestep, options_.bias));
+        if (options_.noise_offset > 0) {
+            at::Generator off = at::detail::createCPUGenerator(
+                data::mix_seed(seed, step_seed, kOffsetStream + slot));
+            b.slot_offsets.push_back(at::randn({x0.size(1), 1, 1}, off, at::kFloat));
+        }
+    }
+    b.noise = device.to_device(at::stack(b.slot_noise));
+    if (!b.slot_offsets.empty()) {
+        b.noise = b.noise + options_.noise_offset * device.to_device(at::stack(b.slot_offsets));
+    }
+    b.timesteps = device.to_device(at::tensor(b.slot_timesteps, at::kLong));
+    b.noisy = schedule_.add_noise(x0, b.noise, b.timesteps);
+    b.target = schedule_.target(x0, b.noise, b.timesteps);
+    return b;
+}
+
+at::Tensor DiffusionObjective::loss(const at::Tensor& prediction, const at::Tensor& target) const {
+    const at::Tensor error = prediction.to(at::kFloat) - target;
+    switch (options_.loss) {
+        case config::LossType::kMae: return error.abs().mean();
+        case config::LossType::kMse: break;
+    }
+    return error.pow(2).mean();
+}
+
+}  // namespace loom

@@ -1,0 +1,116 @@
+#include "loom/train/previews.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "loom/data/image.h"
+#include "loom/lora/lora_network.h"
+#include "loom/model/stable_diffusion.h"
+#include "loom/train/lora_training.h"
+#include "loom/train/low_vram.h"
+#include "loom/train/run_folder.h"
+
+namespace loom {
+
+namespace {
+
+std::string epoch_milliseconds() {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+    return std::to_string(ms);
+}
+
+// The LoRA in sampling mode for the scope: no dropout, the sampling multiplier.
+class SamplingMode {
+  public:
+    SamplingMode(LoRANetwork& network, double multiplier) : network_(network) {
+        network_.set_training(false);
+        network_.set_multiplier(multiplier);
+    }
+    ~SamplingMode() {
+        network_.set_multiplier(1.0);
+        network_.set_training(true);
+    }
+    SamplingMode(const SamplingMode&) = delete;
+    SamplingMode& operator=(const SamplingMode&) = delete;
+
+  private:
+    LoRANetwork& network_;
+};
+
+}  // namespace
+
+std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& process) {
+    const config::SampleConfig& sc = process.sample;
+    std::vector<PreviewRequest> requests;
+    std::vector<std::string> prompts = sc.prompts;
+    for (const auto& item : sc.samples) prompts.push_back(item.prompt);
+    const std::optional<std::string>& trigger = process.trigger_word;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+        PreviewRequest r;
+        std::string p = prompts[i];
+        for (std::size_t pos = p.find("[trigger]"); pos != std::string::npos;
+             pos = p.find("[trigger]")) {
+            p.replace(pos, 9, trigger.value_or(""));
+        }
+        r.prompt = p;
+        r.negative = sc.neg;
+        r.seed = sc.walk_seed ? sc.seed + static_cast<int64_t>(i) : sc.seed;
+        r.width = sc.width;
+        r.height = sc.height;
+        r.steps = sc.sample_steps;
+        r.guidance_scale = sc.guidance_scale;
+        const std::size_t legacy = sc.prompts.size();
+        if (i >= legacy) {
+            const config::SampleItem& item = sc.samples[i - legacy];
+            if (item.width) r.width = *item.width;
+            if (item.height) r.height = *item.height;
+            if (item.neg) r.negative = *item.neg;
+            if (item.seed) r.seed = *item.seed;
+            if (item.guidance_scale) r.guidance_scale = *item.guidance_scale;
+            if (item.sample_steps) r.steps = *item.sample_steps;
+        }
+        requests.push_back(r);
+    }
+    return requests;
+}
+
+std::vector<at::Tensor> render_previews(const PreviewModel& preview,
+                                        std::vector<PreviewRequest> requests,
+                                        const guard::SamplePlan& sp,
+                                        const config::ProcessConfig& process) {
+    for (PreviewRequest& r : requests) {
+        r.width = std::min<int64_t>(r.width, sp.width);
+        r.height = std::min<int64_t>(r.height, sp.height);
+    }
+    PreviewOptions options;
+    options.sampler = process.choices.sampler;
+    options.batch_prompts = sp.batch_prompts;
+    options.batch_guidance = sp.batch_guidance;
+    SamplingMode mode(preview.lora.network(), process.sample.network_multiplier);
+    LoRATraining::EmaWeights ema(preview.lora);
+    LowVramMode::EncodersOnDevice encoders(preview.low_vram);
+    return generate_previews(preview.model, requests, options, preview.device);
+}
+
+void write_previews(const RunFolder& run, std::int64_t step,
+                    const std::vector<at::Tensor>& images) {
+    const std::string time = epoch_milliseconds();
+    std::vector<data::Image> grid;
+    for (std::size_t i = 0; i < images.size(); ++i) {
+        const at::Tensor& t = images[i];
+        data::Image img(static_cast<int>(t.size(1)), static_cast<int>(t.size(0)));
+        std::memcpy(img.pixels.data(), t.data_ptr(), img.pixels.size());
+        data::write_png(
+            run.samples_dir() / (time + "__" + step_label(step) + "_" + std::to_string(i) + ".png"),
+            img);
+        grid.push_back(std::move(img));
+    }
+    data::write_png(run.samples_dir() / (time + "__" + step_label(step) + "_grid.png"),
+                    data::image_grid(grid, 0, 2));
+}
+
+}  // namespace loom

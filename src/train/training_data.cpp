@@ -1,0 +1,151 @@
+#include "loom/train/training_data.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "loom/core/logging.h"
+
+namespace loom {
+
+namespace {
+
+const Logger& log() {
+    static const Logger l = logger("train");
+    return l;
+}
+
+}  // namespace
+
+TrainingData::TrainingData(const config::ProcessConfig& process, int divisibility,
+                           std::string model_identity, const guard::Plan& plan,
+                           std::filesystem::path run_root, std::uint64_t seed)
+    : divisibility_(divisibility),
+      cache_identity_(std::move(model_identity)),
+      run_root_(std::move(run_root)) {
+    std::size_t first_image = 0;
+    for (std::size_t d = 0; d < process.datasets.size(); ++d) {
+        const config::DatasetConfig& dc = process.datasets[d];
+        datasets_.push_back(data::scan_dataset(dc));
+        caption_options_.push_back(data::CaptionOptions::from(dc));
+        const data::ScannedDataset& scanned = datasets_.back();
+        auto items = data::expand_items(scanned.images.size(), dc.resolution, dc.num_repeats,
+                                        dc.flip_x, dc.flip_y, d, first_image);
+        dataset_items_.insert(dataset_items_.end(), items.begin(), items.end());
+        for (const data::ImageSize& s : scanned.sizes()) image_sizes_.push_back(s);
+        first_image += scanned.images.size();
+    }
+    // Flat image table indexed like DatasetItem::image.
+    std::vector<const data::ImageRecord*> images;
+    for (const auto& ds : datasets_) {
+        for (const auto& img : ds.images) images.push_back(&img);
+    }
+    for (const data::DatasetItem& it : dataset_items_) {
+        items_.push_back({it.dataset, images.at(it.image), it});
+    }
+    // One batch size for the whole data order: a per-dataset override applies when the datasets
+    // agree on it (ai-toolkit batches inside each dataset; loom's buckets span them). The data
+    // order follows the job's batch, never the plan's micro-batch, so a plan change does not
+    // change which items a step trains on.
+    const int batch = process.datasets.front().batch_size.value_or(process.train.batch_size);
+    for (const auto& dc : process.datasets) {
+        if (dc.batch_size.value_or(process.train.batch_size) != batch) {
+            log().warn("datasets ask for different batch sizes; loom uses {} for all of them",
+                       batch);
+            break;
+        }
+    }
+    order_ = std::make_unique<data::DataOrder>(
+        data::assign_buckets(dataset_items_, image_sizes_, divisibility_, plan.max_bucket_pixels),
+        batch, seed);
+    log_buckets();
+    cache_text_ = process.train.cache_text_embeddings;
+    for (const auto& dc : process.datasets) {
+        cache_latents_ = cache_latents_ || dc.cache_latents || dc.cache_latents_to_disk;
+        cache_disk_latents_ = cache_disk_latents_ || dc.cache_latents_to_disk;
+        cache_text_ = cache_text_ || dc.cache_text_embeddings;
+    }
+    build_caches(plan);
+}
+
+// The latent and text-embedding caches as the job and the plan ask: in RAM, or — once host RAM
+// ran out (host.memory_caches: false) — on disk only, next to the images and in the run folder.
+// With low_vram the text encoder lives on the host, so text embeddings are always cached.
+void TrainingData::build_caches(const guard::Plan& p) {
+    const bool in_ram = p.host.memory_caches;
+    latent_cache_ = std::make_unique<data::LatentCache>(cache_identity_, cache_latents_ && in_ram,
+                                                        cache_disk_latents_ || !in_ram);
+    text_cache_ = make_text_cache(p);
+}
+
+std::unique_ptr<data::TextEmbeddingCache> TrainingData::make_text_cache(
+    const guard::Plan& p) const {
+    const bool in_ram = p.host.memory_caches;
+    return std::make_unique<data::TextEmbeddingCache>(
+        cache_identity_, (cache_text_ || p.low_vram >= 1) && in_ram,
+        in_ram ? std::nullopt : std::optional<std::filesystem::path>(run_root_ / "cache"));
+}
+
+void TrainingData::apply_plan(const guard::Plan& from, const guard::Plan& to) {
+    if (from.max_bucket_pixels != to.max_bucket_pixels) {
+        order_->replace_plan(data::assign_buckets(dataset_items_, image_sizes_, divisibility_,
+                                                  to.max_bucket_pixels));
+        log_buckets();
+    }
+    if (from.host.memory_caches != to.host.memory_caches) {
+        latent_cache_->clear_memory();
+        text_cache_->clear_memory();
+        build_caches(to);
+        log().warn("latents and text embeddings are now cached on disk instead of RAM");
+    }
+    if (from.low_vram == 0 && to.low_vram > 0) text_cache_ = make_text_cache(to);
+}
+
+guard::BucketFacts TrainingData::bucket_facts() const {
+    guard::BucketFacts f;
+    const data::BucketPlan& plan = order_->plan();
+    f.active = 0;
+    f.smallest_side = std::numeric_limits<int>::max();
+    for (const data::Bucket& b : plan.buckets) {
+        if (b.items.empty()) continue;
+        ++f.active;
+        f.smallest_side = std::min({f.smallest_side, b.size.width, b.size.height});
+    }
+    if (f.active == 0) f.smallest_side = 256;
+    if (const data::Bucket* largest = plan.largest()) f.largest_area = largest->size.area();
+    f.next_cap = data::next_smaller_cap(plan);
+    return f;
+}
+
+void TrainingData::log_buckets() const {
+    for (const data::Bucket& b : order_->plan().buckets) {
+        log().info("bucket {}: {} items", b.size.key(), b.items.size());
+    }
+}
+
+at::Tensor TrainingData::latent(std::size_t index, data::BucketSize bucket,
+                                const LatentEncode& encode) {
+    const TrainingItem& it = items_.at(index);
+    return latent_cache_->get(*it.image, bucket, it.item.flip_x, it.item.flip_y,
+                              [&](const at::Tensor& image) { return encode(it, image); });
+}
+
+void TrainingData::cache_all_latents(const LatentEncode& encode) {
+    const data::BucketPlan& plan = order_->plan();
+    for (std::size_t i = 0; i < items_.size(); ++i) latent(i, plan.item_bucket.at(i), encode);
+    log().info("cached {} latents", items_.size());
+}
+
+NamedTensors TrainingData::conditioning(const std::string& caption,
+                                        const data::TextEmbeddingCache::Encode& encode) {
+    return text_cache_->get(caption, encode);
+}
+
+std::string TrainingData::caption(const data::StepSlot& slot,
+                                  const std::vector<data::Batch>& batches,
+                                  std::uint64_t seed) const {
+    const TrainingItem& it = items_.at(slot.item);
+    data::Rng rng = batches.at(slot.batch).slot_rng(seed, slot.k);
+    return data::process_caption(it.image->caption, caption_options_.at(it.dataset), rng);
+}
+
+}  // namespace loom

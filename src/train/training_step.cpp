@@ -1,0 +1,124 @@
+#include "loom/train/training_step.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "loom/device/device.h"
+#include "loom/guard/guard.h"
+#include "loom/model/stable_diffusion.h"
+#include "loom/train/lora_training.h"
+#include "loom/train/objective.h"
+
+namespace loom {
+
+namespace {
+
+// The named tensor `name` of a caption's conditioning (undefined when absent).
+at::Tensor named(const NamedTensors& tensors, const char* name) {
+    for (const auto& [n, t] : tensors) {
+        if (n == name) return t;
+    }
+    return {};
+}
+
+}  // namespace
+
+TrainingStep::TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumulation,
+                           double max_grad_norm)
+    : parts_(std::move(parts)),
+      seed_(seed),
+      gradient_accumulation_(gradient_accumulation),
+      max_grad_norm_(max_grad_norm) {}
+
+StepWork TrainingStep::draw(std::int64_t index) {
+    StepWork w;
+    w.index = index;
+    for (int a = 0; a < gradient_accumulation_; ++a) {
+        w.batches.push_back(parts_.data.order().next_batch());
+    }
+    w.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+    return w;
+}
+
+double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(work.rng_state);
+    const std::vector<data::MicroBatch> micro =
+        data::split_micro_batches(work.batches, parts_.data.buckets(), plan.batch_size);
+    std::size_t total = 0;
+    for (const auto& m : micro) total += m.slots.size();
+    times_ = {};
+    parts_.lora.optimizer().zero_grad();
+    at::Tensor loss;
+    for (const data::MicroBatch& m : micro) {
+        parts_.guard.note_bucket(m.bucket.width, m.bucket.height);
+        const at::Tensor part = forward_backward(m, work.batches, work.index, total);
+        loss = loss.defined() ? loss + part : part;
+    }
+    PhaseTimer timer(times_.optimizer);
+    parts_.lora.step(work.index, max_grad_norm_);
+    // The step's one read-back (a device sync), not one per micro-batch.
+    return loss.item<double>();
+}
+
+std::string TrainingStep::probe(const guard::Plan& plan) {
+    const data::Bucket* largest = parts_.data.buckets().largest();
+    data::Batch b;
+    b.bucket = largest->size;
+    for (int k = 0; k < plan.batch_size; ++k) {
+        b.items.push_back(largest->items.at(std::size_t(k) % largest->items.size()));
+    }
+    const std::vector<data::MicroBatch> micro =
+        data::split_micro_batches({b}, parts_.data.buckets(), plan.batch_size);
+    parts_.lora.optimizer().zero_grad();
+    parts_.guard.note_bucket(micro.front().bucket.width, micro.front().bucket.height);
+    forward_backward(micro.front(), {b}, /*step_index=*/0, micro.front().slots.size());
+    parts_.lora.optimizer().zero_grad();
+    return b.bucket.key();
+}
+
+// Forward and backward of one micro-batch; its loss is weighted by its share of the step's
+// items, so the accumulated gradient is the step's mean whatever the split. Returns the
+// weighted loss, detached, on the device.
+at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
+                                          const std::vector<data::Batch>& batches,
+                                          std::int64_t step_index, std::size_t step_items) {
+    std::optional<PhaseTimer> phase(std::in_place, times_.data);
+    const Device& device = parts_.device;
+    UNet2DConditionModel& unet = parts_.model.unet;
+    std::vector<at::Tensor> latents;
+    std::vector<at::Tensor> contexts;
+    std::vector<at::Tensor> pooled;
+    std::vector<std::size_t> slots;
+    for (const data::StepSlot& slot : micro.slots) {
+        latents.push_back(parts_.data.latent(slot.item, micro.bucket, parts_.encode_latent));
+        const NamedTensors conditioning =
+            parts_.data.conditioning(parts_.data.caption(slot, batches, seed_), parts_.encode_text);
+        contexts.push_back(named(conditioning, "context"));
+        if (at::Tensor p = named(conditioning, "text_embeds"); p.defined()) pooled.push_back(p);
+        slots.push_back(slot.slot);
+    }
+    const at::Tensor x0 = device.to_device(at::stack(latents));
+    const at::Tensor context =
+        device.to_device(at::stack(contexts)).to(unet->parameters().front().scalar_type());
+    const NoisedBatch noised = parts_.objective.noise(x0, slots, seed_, step_index, device);
+    at::Tensor text_embeds;
+    at::Tensor time_ids;
+    if (!pooled.empty()) {  // SDXL: the pooled embedding and the size conditioning
+        text_embeds = device.to_device(at::stack(pooled)).to(context.scalar_type());
+        time_ids = device.to_device(
+            StableDiffusion::time_ids(micro.bucket.height, micro.bucket.width, x0.size(0)));
+    }
+    phase.emplace(times_.forward);
+    const at::Tensor pred = unet->forward(noised.noisy.to(context.scalar_type()), noised.timesteps,
+                                          context, text_embeds, time_ids);
+    const at::Tensor loss = parts_.objective.loss(pred, noised.target);
+    const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
+    const at::Tensor weighted = loss * weight;
+    phase.emplace(times_.backward);
+    weighted.backward();
+    return weighted.detach();
+}
+
+}  // namespace loom

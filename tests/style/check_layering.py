@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Checks that loom's layers depend downward only (DESIGN.md "Layers").
+
+Usage: check_layering.py [ROOT] [--skip RULE]...   (ROOT defaults to the repository root)
+
+Rules, each named for --skip:
+  includes    A file under src/<X>/ or include/loom/<X>/ includes only its own layer and the
+              layers below X: `#include "loom/<Y>/..."` needs Y below X. Quoted includes that
+              reach into another layer's src/ folder (`"../device/device_impls.h"`) are refused
+              whatever the direction: a layer's private headers are its own. A public header
+              (include/loom/) may not include a private one (src/): users of the layer cannot.
+  cmake       src/<X>/CMakeLists.txt links only lower layers (`loom_layer(X ... DEPS ...)` and
+              `target_link_libraries(...)` naming loom_<Y>).
+  host_scope  Only the device layer names HostScope, the sim allocator's "this is host memory"
+              switch (device/sim_allocator.h); the other layers use HostAllocations
+              (device/host_memory.h) or Device::to_host(). Comments may mention it.
+  layers      Every folder of src/ and include/loom/ is a layer this script knows, so a new layer
+              gets its place in the order (LAYERS below) before it gets code.
+
+Tests (tests/) are not checked: a test may include anything.
+Prints one line per violation, `file:line: what: why`, and exits 1 when there is any.
+Python 3 standard library only.
+"""
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+# Each layer and the layers directly below it (DESIGN.md "Layers" and "Growing the house");
+# a layer may include everything reachable from it. The existing layers form one chain,
+# core <- io <- device <- config <- model <- lora <- data <- guard <- train <- store <- cli;
+# dist sits above device and below guard, doctor above guard and below cli only, report above
+# store and below cli.
+LAYERS = {
+    "core": [],
+    "io": ["core"],
+    "device": ["io"],
+    "dist": ["device"],
+    "config": ["device"],
+    "model": ["config"],
+    "lora": ["model"],
+    "data": ["lora"],
+    "guard": ["data", "dist"],
+    "train": ["guard"],
+    "store": ["train"],
+    "doctor": ["guard"],
+    "report": ["store"],
+    "cli": ["store", "doctor", "report"],
+}
+
+# The only layers whose code may name HostScope.
+HOST_SCOPE_LAYERS = {"device"}
+
+SOURCE_SUFFIXES = (".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx", ".inc", ".ipp", ".h.in")
+RULES = ("includes", "cmake", "host_scope", "layers")
+
+DOWNWARD = "(DESIGN.md: dependencies point downward)"
+
+
+def below(layer):
+    """The layers `layer` may depend on (not itself)."""
+    seen = set()
+    stack = list(LAYERS[layer])
+    while stack:
+        lower = stack.pop()
+        if lower not in seen:
+            seen.add(lower)
+            stack.extend(LAYERS[lower])
+    return seen
+
+
+class Violation:
+    def __init__(self, path, line, what, why):
+        self.path, self.line, self.what, self.why = path, line, what, why
+
+    def __str__(self):
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.what}: {self.why}"
+
+
+def strip_code(text):
+    """The text with comments and the contents of string and character literals blanked out
+    (newlines kept, so line numbers stay), for finding names in code only."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c == "R" and text.startswith('R"', i) and (i == 0 or not (text[i - 1].isalnum()
+                                                                      or text[i - 1] == "_")):
+            m = re.match(r'R"([^()\\\s]{0,16})\(', text[i:])
+            if not m:
+                out.append(c)
+                i += 1
+                continue
+            end = text.find(")" + m.group(1) + '"', i + m.end())
+            j = n if end < 0 else end + len(m.group(1)) + 2
+            out.append('R"' + re.sub(r"[^\n]", " ", text[i + 2:j - 1]) + '"')
+            i = j
+        elif c == '"' or (c == "'" and not (i > 0 and text[i - 1].isdigit())):  # not 100'000
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append(c + " " * (j - i - 2) + c if j - i >= 2 else text[i:j])
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+INCLUDE_DIRECTIVE = re.compile(r"^\s*#\s*include\b")
+INCLUDE_PATH = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+
+
+def where_is(root, path):
+    """(layer, "public"|"private") for a path under include/loom/<layer>/ or src/<layer>/."""
+    try:
+        parts = path.resolve().relative_to(root.resolve()).parts
+    except ValueError:
+        return None
+    if len(parts) >= 4 and parts[0] == "include" and parts[1] == "loom":
+        return parts[2], "public"
+    if len(parts) >= 3 and parts[0] == "src":
+        return parts[1], "private"
+    return None
+
+
+def included_layer(root, file_path, owner, quote, target):
+    """Where an include points: (layer, "public"|"private"), or None for anything not loom's
+    (the standard library, torch, nlohmann, ...)."""
+    if target.startswith("loom/"):
+        parts = target.split("/")
+        return (parts[1], "public") if len(parts) >= 3 else None
+    if quote != '"':
+        return None
+    # A quoted include is looked up next to the file, then in the layer's own src/ folder and
+    # include/ (loom_layer's include folders). The first that exists wins; otherwise the path as
+    # written next to the file is what a reader would take it for.
+    candidates = [file_path.parent / target, root / "src" / owner / target,
+                  root / "include" / target]
+    found = next((c for c in candidates if c.is_file()), None)
+    place = where_is(root, found if found is not None else candidates[0])
+    # "src/<layer>/x.h" written from the repository root (an include folder some target adds).
+    m = re.match(r"^(?:\.\./)*src/([^/]+)/", target)
+    return (m.group(1), "private") if m else place
+
+
+def check_includes(root, rel, owner, kind, lines, violations):
+    for number, (code_line, line) in enumerate(lines, start=1):
+        if not INCLUDE_DIRECTIVE.match(code_line):
+            continue
+        m = INCLUDE_PATH.match(line)
+        if not m:
+            continue
+        quote, target = m.group(1), m.group(2)
+        shown = f'#include {quote}{target}{">" if quote == "<" else quote}'
+        place = included_layer(root, root / rel, owner, quote, target)
+        if place is None:
+            continue
+        layer, visibility = place
+        if layer not in LAYERS:
+            violations.append(Violation(
+                rel, number, shown,
+                f"'{layer}' is not a known layer (add it to LAYERS in {script_name()} and to "
+                "DESIGN.md's layer table)"))
+        elif layer == owner:
+            if kind == "public" and visibility == "private":
+                violations.append(Violation(
+                    rel, number, shown,
+                    f"a public header of layer {owner} may not include a private header of "
+                    f"src/{owner}/ (code that includes loom/{owner}/ cannot see src/)"))
+        elif layer not in below(owner):
+            violations.append(Violation(
+                rel, number, shown, f"layer {owner} may not include layer {layer} {DOWNWARD}"))
+        elif visibility == "private":
+            violations.append(Violation(
+                rel, number, shown,
+                f"layer {owner} may not include a private header of layer {layer} (src/{layer}/ "
+                f"is internal to {layer}; what others need belongs in include/loom/{layer}/)"))
+
+
+def check_host_scope(rel, owner, lines, violations):
+    if owner in HOST_SCOPE_LAYERS:
+        return
+    for number, (code_line, _) in enumerate(lines, start=1):
+        if re.search(r"\bHostScope\b", code_line):
+            violations.append(Violation(
+                rel, number, "names HostScope",
+                f"only the device layer may name HostScope (the sim allocator's switch); layer "
+                f"{owner} uses HostAllocations (loom/device/host_memory.h) or Device::to_host()"))
+
+
+def cmake_calls(text, names):
+    """(command, line, arguments) of each call to one of `names`, comments removed."""
+    text = re.sub(r"#[^\n]*", lambda m: " " * len(m.group(0)), text)
+    for m in re.finditer(r"\b(" + "|".join(names) + r")\s*\(", text):
+        depth, j = 1, m.end()
+        while j < len(text) and depth > 0:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        line = text.count("\n", 0, m.start()) + 1
+        yield m.group(1), line, text[m.end():j - 1]
+
+
+def check_cmake(root, owner, violations):
+    path = root / "src" / owner / "CMakeLists.txt"
+    if not path.is_file():
+        return
+    rel = path.relative_to(root).as_posix()
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for command, line, args in cmake_calls(text, ["loom_layer", "target_link_libraries"]):
+        words = args.split()
+        if command == "loom_layer":
+            words = words[words.index("DEPS") + 1:] if "DEPS" in words else []
+        for word in words:
+            m = re.fullmatch(r"loom_([a-z0-9_]+)", word)
+            if not m or m.group(1) not in LAYERS or m.group(1) == owner:
+                continue  # not a layer library (loom_torch, the target itself, ...)
+            lower = m.group(1)
+            if lower not in below(owner):
+                violations.append(Violation(
+                    rel, line, f"{command}(... {word} ...)",
+                    f"layer {owner} may not link layer {lower} {DOWNWARD}"))
+
+
+def script_name():
+    return "tests/style/check_layering.py"
+
+
+def source_files(folder):
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(SOURCE_SUFFIXES):
+                yield Path(dirpath) / name
+
+
+def check(root, skip=()):
+    """All violations under `root` (a repository checkout), in a stable order."""
+    root = Path(root)
+    violations = []
+    folders = []  # (owner, kind, folder)
+    for base, kind in ((root / "src", "private"), (root / "include" / "loom", "public")):
+        if not base.is_dir():
+            continue
+        for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+            rel = folder.relative_to(root).as_posix()
+            if folder.name not in LAYERS:
+                if "layers" not in skip:
+                    violations.append(Violation(
+                        rel, 0, "folder",
+                        f"'{folder.name}' is not a known layer (add it to LAYERS in "
+                        f"{script_name()} and to DESIGN.md's layer table)"))
+                continue
+            folders.append((folder.name, kind, folder))
+    for owner, kind, folder in folders:
+        for path in source_files(folder):
+            rel = path.relative_to(root).as_posix()
+            text = path.read_text(encoding="utf-8", errors="replace")
+            lines = list(zip(strip_code(text).split("\n"), text.split("\n")))
+            if "includes" not in skip:
+                check_includes(root, rel, owner, kind, lines, violations)
+            if "host_scope" not in skip:
+                check_host_scope(rel, owner, lines, violations)
+        if kind == "private" and "cmake" not in skip:
+            check_cmake(root, owner, violations)
+    return violations
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    default_root = Path(__file__).resolve().parents[2]
+    parser.add_argument("root", nargs="?", default=str(default_root),
+                        help="repository root (default: %(default)s)")
+    parser.add_argument("--skip", action="append", default=[], choices=RULES,
+                        help="leave out one rule (repeatable)")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    if not (root / "src").is_dir():
+        print(f"error: {root} has no src/ folder (pass the repository root)", file=sys.stderr)
+        return 2
+    violations = check(root, skip=set(args.skip))
+    for v in violations:
+        print(v)
+    if violations:
+        print(f"layering: {len(violations)} violation(s) (DESIGN.md \"Layers\"; "
+              f"{script_name()} says how to read them)")
+        return 1
+    print("layering: clean")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

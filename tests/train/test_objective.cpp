@@ -1,0 +1,96 @@
+// The training objective without a UNet: timestep shaping, per-slot draws that do not depend on
+// how a step is cut into micro-batches, the noise offset, the target and the loss.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "loom/device/device.h"
+#include "loom/train/objective.h"
+
+namespace loom {
+namespace {
+
+using config::LossType;
+using config::TimestepBias;
+
+TEST(Objective, TimestepShapingStaysInRangeAndLeansAsAsked) {
+    EXPECT_EQ(shaped_timestep(0.0, 0, 999, TimestepBias::kBalanced), 0);
+    EXPECT_EQ(shaped_timestep(0.999999, 0, 999, TimestepBias::kBalanced), 999);
+    EXPECT_EQ(shaped_timestep(0.5, 0, 999, TimestepBias::kBalanced), 500);
+    // content: u³ — half-way draws land early; style: 1 − u³ — they land late.
+    EXPECT_EQ(shaped_timestep(0.5, 0, 999, TimestepBias::kContent), 125);
+    EXPECT_EQ(shaped_timestep(0.5, 0, 999, TimestepBias::kStyle), 875);
+    EXPECT_EQ(shaped_timestep(0.0, 100, 200, TimestepBias::kStyle), 200);  // clamped to hi
+    EXPECT_EQ(shaped_timestep(0.0, 100, 200, TimestepBias::kContent), 100);
+}
+
+TEST(Objective, ASlotDrawsTheSameInAnyMicroBatch) {
+    const auto device = open_device(DeviceSpec{DeviceKind::kCpu});
+    const DiffusionObjective objective({}, NoiseSchedule{});
+    const at::Tensor x0 = torch::randn({3, 4, 8, 8});
+    const NoisedBatch together = objective.noise(x0, {0, 1, 2}, 7, 4, *device);
+    const NoisedBatch alone = objective.noise(x0.slice(0, 2, 3), {2}, 7, 4, *device);
+    EXPECT_TRUE(torch::equal(together.noise[2], alone.noise[0]));
+    EXPECT_EQ(together.slot_timesteps[2], alone.slot_timesteps[0]);
+    EXPECT_TRUE(torch::allclose(together.noisy[2], alone.noisy[0]));
+    // Another step or another seed draws something else.
+    const NoisedBatch next_step = objective.noise(x0.slice(0, 2, 3), {2}, 7, 5, *device);
+    EXPECT_FALSE(torch::equal(next_step.noise[0], alone.noise[0]));
+    const NoisedBatch other_seed = objective.noise(x0.slice(0, 2, 3), {2}, 8, 4, *device);
+    EXPECT_FALSE(torch::equal(other_seed.noise[0], alone.noise[0]));
+    for (std::int64_t t : together.slot_timesteps) {
+        EXPECT_GE(t, 0);
+        EXPECT_LE(t, 999);
+    }
+    // epsilon prediction: the target is the noise itself.
+    EXPECT_TRUE(torch::equal(together.target, together.noise));
+}
+
+TEST(Objective, NoiseOffsetAddsOneConstantPerChannel) {
+    const auto device = open_device(DeviceSpec{DeviceKind::kCpu});
+    ObjectiveOptions options;
+    options.noise_offset = 0.1;
+    const DiffusionObjective objective(options, NoiseSchedule{});
+    const at::Tensor x0 = torch::zeros({2, 4, 8, 8});
+    const NoisedBatch b = objective.noise(x0, {0, 1}, 3, 0, *device);
+    ASSERT_EQ(b.slot_offsets.size(), 2u);
+    const at::Tensor added = b.noise - torch::stack(b.slot_noise);  // [2, 4, 8, 8]
+    const at::Tensor expected = 0.1 * torch::stack(b.slot_offsets).expand_as(added);
+    EXPECT_TRUE(torch::allclose(added, expected, 1e-6, 1e-6));
+    EXPECT_GT(added.abs().max().item<float>(), 0.0f);
+    // Without an offset nothing is added, and the plain draws are unchanged by the option.
+    const NoisedBatch plain =
+        DiffusionObjective({}, NoiseSchedule{}).noise(x0, {0, 1}, 3, 0, *device);
+    EXPECT_TRUE(plain.slot_offsets.empty());
+    EXPECT_TRUE(torch::equal(plain.noise, torch::stack(b.slot_noise)));
+}
+
+TEST(Objective, LossIsMseOrMaeInFloat32) {
+    const at::Tensor pred = torch::tensor({1.0f, -2.0f, 0.5f}).to(at::kBFloat16);
+    const at::Tensor target = torch::tensor({0.0f, 0.0f, 0.0f});
+    ObjectiveOptions mae;
+    mae.loss = LossType::kMae;
+    const at::Tensor l1 = DiffusionObjective(mae, NoiseSchedule{}).loss(pred, target);
+    const at::Tensor l2 = DiffusionObjective({}, NoiseSchedule{}).loss(pred, target);
+    EXPECT_EQ(l1.scalar_type(), at::kFloat);
+    EXPECT_NEAR(l1.item<double>(), 3.5 / 3.0, 1e-6);
+    EXPECT_NEAR(l2.item<double>(), 5.25 / 3.0, 1e-6);
+}
+
+TEST(Objective, OptionsComeFromTheResolvedJob) {
+    config::ProcessConfig p;
+    p.train.min_denoising_steps = 10;
+    p.train.max_denoising_steps = 500;
+    p.train.noise_offset = 0.05;
+    p.choices.loss = LossType::kMae;
+    p.choices.timestep_bias = TimestepBias::kStyle;
+    const ObjectiveOptions o = ObjectiveOptions::from(p);
+    EXPECT_EQ(o.min_timestep, 10);
+    EXPECT_EQ(o.max_timestep, 500);
+    EXPECT_DOUBLE_EQ(o.noise_offset, 0.05);
+    EXPECT_EQ(o.loss, LossType::kMae);
+    EXPECT_EQ(o.bias, TimestepBias::kStyle);
+}
+
+}  // namespace
+}  // namespace loom
