@@ -1,6 +1,7 @@
 // loom doctor LOGFILE [--json]: which case of the user guide's OOM table a training log shows
-// (loom's own, ai-toolkit's, kohya's or a PyTorch script's), the lines that prove it and the
-// first change to make. Exit 0 when a case is identified, 1 when the log shows no OOM.
+// (loom's own, ai-toolkit's, kohya's or a PyTorch script's), or that host RAM ran out, the lines
+// that prove it and the first change to make. Exit 0 when a case is identified, 1 when the log
+// shows no OOM.
 
 #include <iostream>
 
@@ -18,10 +19,12 @@ cxxopts::Options doctor_options() {
     cxxopts::Options options("loom doctor",
                              "Diagnose an out-of-memory failure from a log: loom's console "
                              "output, loom.log or events.jsonl, or an ai-toolkit, kohya "
-                             "sd-scripts or PyTorch log. Prints the case of the user guide's "
+                             "sd-scripts (kohya_ss, musubi-tuner), OneTrainer, SimpleTuner, "
+                             "diffusion-pipe or PyTorch log. Prints the case of the user guide's "
                              "table (before_step_1, early_steps, sampling_only, sometimes, "
-                             "video_frames, worker_state), the evidence lines and the first "
-                             "change to make. Exit 0: a case was found; 1: no OOM in the log.");
+                             "video_frames, worker_state) or host_ram (the OOM killer, Killed, "
+                             "exit code 137), the evidence lines and the first change to make. "
+                             "Exit 0: a case was found; 1: no OOM in the log.");
     options.positional_help("LOGFILE");
     options.add_options()("json", "Print the diagnosis as one JSON object (default: off)")(
         "log", "The log file to read", cxxopts::value<std::string>(), "LOGFILE");

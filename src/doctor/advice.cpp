@@ -41,4 +41,15 @@ std::string sample_every_advice(LogTool tool) {
                               : "raise `sample.sample_every`";
 }
 
+std::string loader_workers_advice(LogTool tool) {
+    if (tool == LogTool::kKohya)
+        return "fewer data-loader workers (`--max_data_loader_n_workers=0`)";
+    if (tool == LogTool::kPyTorch) {
+        return "fewer data-loader workers (`--dataloader_num_workers=0`, or the script's "
+               "`num_workers`)";
+    }
+    return "fewer data-loader worker processes (each holds its own copy of the dataset's "
+           "buffers in RAM)";
+}
+
 }  // namespace loom::doctor::detail

@@ -27,6 +27,7 @@ const std::string& rung_advice(LogTool tool, std::string_view rule);
 // Settings no rung turns.
 std::string skip_first_sample_advice(LogTool tool);  // no sample before training
 std::string sample_every_advice(LogTool tool);       // sample less often
+std::string loader_workers_advice(LogTool tool);     // fewer data-loader worker processes
 
 // One change to advise: the rung it takes and its text.
 struct Advice {

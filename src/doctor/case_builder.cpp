@@ -63,10 +63,19 @@ void CaseBuilder::build() {
         return;
     }
     const Sighting& first = sightings_.front();
+    if (first.kind == OomKind::kHost) {
+        host_ram(first);
+        return;
+    }
     if (const std::optional<std::string> why = worker_state_reason(first)) {
         worker_state(*why);
         return;
     }
+    build_device_case(first);
+    memory_held_elsewhere(first);
+}
+
+void CaseBuilder::build_device_case(const Sighting& first) {
     switch (first.phase) {
         case Phase::kLoad:
         case Phase::kCache:
@@ -147,6 +156,59 @@ void CaseBuilder::worker_state(const std::string& reason) {
         "on a fresh worker, if it still fails the same way, it is the config after all: follow "
         "the case the new log shows",
         "do not change the learning rate or the optimizer: they are not memory levers"};
+}
+
+void CaseBuilder::host_ram(const Sighting& first) {
+    d_.log_case = LogCase::kHostRam;
+    d_.title =
+        std::string("host RAM ran out, not the GPU") +
+        (first.phase != Phase::kNone ? std::string(" (during the ") + phase_label(first.phase) + ")"
+                                     : std::string());
+    d_.cause =
+        "the job's host-RAM use (weights loaded in full precision before they are quantized or "
+        "moved, in-RAM latent / text-embedding caches, data-loader workers) went past the "
+        "machine's RAM and swap; the kernel's OOM killer ends such a process with SIGKILL "
+        "(`Killed`, exit code 137 or -9)";
+    const std::string& said = first.where.text;
+    d_.reason = "the log reports a host out-of-memory death (\"" +
+                said.substr(0, std::min<std::size_t>(said.size(), 120)) +
+                "\"), not a CUDA out-of-memory error: the GPU settings are not the lever";
+    const guard::RungSpec& caches = rung("host.caches_to_disk");
+    d_.first_change = "move in-RAM caches to disk: " + rung_advice(d_.tool, caches);
+    first_rungs_ = {&caches};
+    d_.further_changes = {
+        loader_workers_advice(d_.tool),
+        rung_advice(d_.tool, "host.fewer_threads"),
+        "more RAM or swap: a larger swap file (Windows: page file; WSL: `memory=` and `swap=` in "
+        "`.wslconfig`), and close other programs",
+        "load the model already quantized (fp8 / int8 weights) so the full-precision weights "
+        "never sit in RAM",
+        "`loom train` runs training under a supervisor: a process the OOM killer ends is "
+        "restarted from its last checkpoint one host rung lower (caches on disk, then fewer CPU "
+        "threads), with no manual retry",
+        "leave the GPU settings (batch size, resolution, gradient checkpointing) alone: the GPU "
+        "did not run out"};
+}
+
+// A small request failing with plenty free while this process's PyTorch holds little: the
+// memory is somewhere the config does not control.
+void CaseBuilder::memory_held_elsewhere(const Sighting& first) {
+    constexpr std::uint64_t kSmallRequest = 512ull << 20;
+    constexpr std::uint64_t kPlentyFree = 1ull << 30;
+    const OomFigures& f = first.figures.empty() ? d_.figures : first.figures;
+    if (!f.requested || !f.free || !f.total || *f.requested > kSmallRequest) return;
+    if (*f.free < *f.requested + kPlentyFree) return;
+    const std::optional<std::uint64_t> held = f.allocated ? f.allocated : f.this_process;
+    if (!held || *held * 2 >= *f.total) return;
+    d_.reason += "; only " + format_bytes_human(*f.requested) + " was asked for while " +
+                 format_bytes_human(*f.free) + " was free and PyTorch held " +
+                 format_bytes_human(*held) + " of " + format_bytes_human(*f.total) +
+                 ": the memory is held elsewhere (another process, a per-process memory cap, "
+                 "the display) or fragmented";
+    d_.further_changes.insert(
+        d_.further_changes.begin(),
+        "memory held elsewhere or fragmented: check `nvidia-smi` for other processes on the GPU, "
+        "and set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` against fragmentation");
 }
 
 void CaseBuilder::before_step_1(const Sighting& first) {

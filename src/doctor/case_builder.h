@@ -54,6 +54,9 @@ class CaseBuilder {
     void sometimes(const Sighting& first);
     void video_frames(const Sighting& first);
     void worker_state(const std::string& reason);
+    void build_device_case(const Sighting& first);
+    void host_ram(const Sighting& first);
+    void memory_held_elsewhere(const Sighting& first);
     std::vector<Advice> ladder(guard::LadderBranch branch) const;
     std::string later_ooms() const;
     const std::string& advice(const char* rule) const;

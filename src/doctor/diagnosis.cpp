@@ -103,7 +103,9 @@ Diagnosis diagnose(LogFacts facts, std::string_view source_name) {
         d.title = "no out-of-memory error in this log";
         d.reason = "none of " + plural(static_cast<std::int64_t>(facts.line_count), "line") +
                    " reports an OOM (CUDA out of memory, OutOfMemoryError, OOM during training "
-                   "step, CUBLAS/CUDNN_STATUS_ALLOC_FAILED, loom's out-of-memory warnings)";
+                   "step, CUBLAS/CUDNN_STATUS_ALLOC_FAILED, loom's out-of-memory warnings) or a "
+                   "host-RAM death (the OOM killer, `Killed`, exit code 137 / -9, "
+                   "DefaultCPUAllocator)";
         add_evidence(d.evidence, facts.last_error);
         return d;
     }
@@ -117,6 +119,10 @@ Diagnosis diagnose(LogFacts facts, std::string_view source_name) {
         }
     }
     builder.build();
+    if (!sightings.empty()) {
+        const Phase p = sightings.front().phase;
+        d.phase = p == Phase::kNone ? "unknown" : to_string(p);
+    }
     const auto taken_by = [&](const LoomChange& c) {
         for (const guard::RungSpec* r : builder.first_change_rungs()) {
             if (std::find(r->knobs.begin(), r->knobs.end(), c.knob) != r->knobs.end()) return true;
@@ -142,6 +148,8 @@ Diagnosis diagnose(LogFacts facts, std::string_view source_name) {
     if (!sightings.empty()) {
         const Sighting& first = sightings.front();
         add_evidence(ev, first.where, sighting_note(first, "first"));
+        add_evidence(ev, first.frame);
+        add_evidence(ev, first.echo);
         if (first.phase_marker && !is_training_phase(first.phase)) {
             add_evidence(ev, first.phase_marker,
                          std::string("the ") + phase_label(first.phase) + " starts");
@@ -191,6 +199,7 @@ const char* to_string(LogCase c) {
         case LogCase::kSometimes: return "sometimes";
         case LogCase::kVideoFrames: return "video_frames";
         case LogCase::kWorkerState: return "worker_state";
+        case LogCase::kHostRam: return "host_ram";
     }
     return "no_oom";
 }

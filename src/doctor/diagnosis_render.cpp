@@ -64,7 +64,8 @@ std::string render(const Diagnosis& d) {
         render_evidence(out, d.evidence);
         return out.str();
     }
-    out << "cause: " << d.cause << (contains(d.cause, "guide §") ? "" : " (guide §4)") << "\n";
+    const bool guide_case = d.log_case != LogCase::kHostRam && !contains(d.cause, "guide §");
+    out << "cause: " << d.cause << (guide_case ? " (guide §4)" : "") << "\n";
     out << "\nfirst change:\n  " << d.first_change << "\n";
     if (!d.further_changes.empty()) {
         out << "then, one at a time:\n";
@@ -101,6 +102,7 @@ std::string render_json(const Diagnosis& d) {
     j["case"] = to_string(d.log_case);
     j["title"] = d.title;
     j["moment"] = d.moment;
+    j["phase"] = d.phase;
     j["cause"] = d.cause;
     j["reason"] = d.reason;
     j["first_change"] = d.first_change;

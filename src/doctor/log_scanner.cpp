@@ -39,9 +39,9 @@ void LogScanner::feed(std::string_view line) {
         const std::string_view segment = line.substr(start, end - start);
         if (segment.find('\x1b') != std::string_view::npos) {
             const std::string clean = strip_ansi(segment);
-            scan_segment(clean);
+            scan_segment(strip_rank_prefix(clean));
         } else {
-            scan_segment(segment);
+            scan_segment(strip_rank_prefix(segment));
         }
         start = end + 1;
     }
@@ -54,6 +54,8 @@ EvidenceLine LogScanner::here(std::string_view s, std::string note) const {
 void LogScanner::scan_segment(std::string_view raw) {
     const std::string_view s = trim(raw);
     if (s.empty()) return;
+    if (wrap_target_ && continue_wrapped(s)) return;
+    wrap_target_.reset();
     if (s.front() == '{' && scan_json(s)) return;
     vote_tool(s);
     if (scan_traceback(raw, s)) return;
@@ -82,20 +84,76 @@ void LogScanner::on_progress(std::int64_t n, std::string_view s, bool first_is_b
     last_bar_ = n;
     // ai-toolkit moves the bar past a dropped batch too: that step did not succeed.
     if (skipped_through_ && n <= *skipped_through_) return;
-    record_success(n, s);
+    record_success(n, here(s));
 }
 
-void LogScanner::record_success(std::int64_t step, std::string_view s) {
+void LogScanner::record_success(std::int64_t step, const EvidenceLine& where) {
     ++successes_;
-    last_success_ =
-        here(s, "last successful training step before the OOM (step " + std::to_string(step) + ")");
+    last_success_ = where;
+    last_success_->note =
+        "last successful training step before the OOM (step " + std::to_string(step) + ")";
     success_since_oom_ = true;
     if (!sightings_.empty() && !change_since_oom_) {
         ++successes_after_oom_;
         if (!first_success_after_oom_) {
-            first_success_after_oom_ =
-                here(s, "training went on after the OOM (step " + std::to_string(step) + ")");
+            first_success_after_oom_ = where;
+            first_success_after_oom_->note =
+                "training went on after the OOM (step " + std::to_string(step) + ")";
         }
+    }
+}
+
+// ---- a training bar printed after a Python OOM
+
+// The bar is held while it may be the dying process's last redraw; a later bar that moves on
+// proves training went on, and both count as successes.
+void LogScanner::hold_or_count(std::int64_t n, std::string_view s, bool first_is_baseline) {
+    if (held_bar_ && n > held_bar_->n) flush_held_bar();
+    const bool may_be_late = !sightings_.empty() && !success_since_oom_ && !change_since_oom_ &&
+                             !held_bar_ && (bar_baseline_ ? n > last_bar_ : n > 0);
+    if (may_be_late) {
+        const Sighting& last = sightings_.back();
+        const bool python_oom = !last.explicit_phase && !last.skipped;
+        if (python_oom && (last.phase == Phase::kNone || last.phase == Phase::kTrainStep ||
+                           last.phase == Phase::kFirstSample || last.kind == OomKind::kHost)) {
+            held_bar_ = HeldBar{n, here(s)};
+            return;
+        }
+    }
+    on_progress(n, s, first_is_baseline);
+}
+
+void LogScanner::flush_held_bar() {
+    if (!held_bar_) return;
+    const HeldBar held = std::move(*held_bar_);
+    held_bar_.reset();
+    if (!bar_baseline_) bar_baseline_ = 0;
+    last_bar_ = held.n;
+    phase_ = Phase::kTrainStep;
+    record_success(held.n, held.where);
+}
+
+// No progress followed: the held bar was the last redraw of steps done before the OOM.
+void LogScanner::settle_held_bar() {
+    if (!held_bar_) return;
+    const HeldBar held = std::move(*held_bar_);
+    held_bar_.reset();
+    if (!bar_baseline_) bar_baseline_ = 0;
+    last_bar_ = held.n;
+    ++successes_;
+    Sighting& last = sightings_.back();
+    last.success_before = true;
+    last.last_success = held.where;
+    last.last_success->note = "step " + std::to_string(held.n) +
+                              " had finished: the bar was printed after the error (last "
+                              "successful training step before the OOM)";
+    if (last.kind == OomKind::kHost) return;
+    if (last.phase == Phase::kFirstSample) {
+        last.phase = Phase::kSample;
+        last.step = held.n;
+    } else {
+        last.phase = Phase::kTrainStep;
+        last.step = held.n + 1;
     }
 }
 
@@ -106,6 +164,7 @@ void LogScanner::set_phase(Phase phase, std::string_view s) {
 }
 
 void LogScanner::add_sighting(Sighting o) {
+    flush_held_bar();  // progress between two OOMs: training went on
     o.success_before = successes_ > 0;
     // loom numbers steps from 1 and names the one that failed: steps before it succeeded.
     if (o.explicit_phase && o.step && *o.step > 1) o.success_before = true;
@@ -120,6 +179,7 @@ void LogScanner::add_sighting(Sighting o) {
 
 LogFacts LogScanner::finish() {
     if (in_traceback_) close_traceback();
+    settle_held_bar();
     if (sightings_.empty() && outcome_line_ && !starts_with(loom_outcome_, "worker state")) {
         // The OOM lines are not in this log (a tail of it): loom's last word names the phase.
         Sighting o;

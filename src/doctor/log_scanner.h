@@ -40,6 +40,8 @@ struct Sighting {
     bool mergeable = false;       // a plain message a traceback may repeat
     std::optional<EvidenceLine> last_success;
     std::optional<EvidenceLine> phase_marker;  // the line that started `phase`, when one did
+    std::optional<EvidenceLine> frame;         // the traceback frame that named `phase`
+    std::optional<EvidenceLine> echo;          // host RAM: another line telling the same death
     OomFigures figures;
 };
 
@@ -115,9 +117,16 @@ class LogScanner {
     bool scan_progress(std::string_view s);
     void scan_phase_markers(std::string_view s);
     void scan_oom(std::string_view s);
+    bool scan_host_kill(std::string_view s);
+    bool scan_progress_text(std::string_view s);
+    bool continue_wrapped(std::string_view s);
+    void open_wrap(std::string_view s);
+    void hold_or_count(std::int64_t n, std::string_view s, bool first_is_baseline);
+    void flush_held_bar();
+    void settle_held_bar();
 
     void on_progress(std::int64_t n, std::string_view s, bool first_is_baseline);
-    void record_success(std::int64_t step, std::string_view s);
+    void record_success(std::int64_t step, const EvidenceLine& where);
     void add_sighting(Sighting sighting);
     void set_phase(Phase phase, std::string_view s);
     Phase sampling_phase() const { return successes_ > 0 ? Phase::kSample : Phase::kFirstSample; }
@@ -144,6 +153,22 @@ class LogScanner {
 
     bool in_traceback_ = false;
     Phase traceback_phase_ = Phase::kNone;
+    std::optional<EvidenceLine> traceback_frame_;      // the frame that named traceback_phase_
+    std::optional<EvidenceLine> traceback_placement_;  // a frame moving a model to the device
+
+    // An OOM message the console wrapped over several lines: its text so far, for the figures.
+    std::optional<std::size_t> wrap_target_;  // index into sightings_
+    std::string wrap_text_;
+    std::string wrap_tight_;  // the same joined without spaces (a wrap inside a word)
+    int wrap_lines_ = 0;
+
+    // A training bar printed after a Python OOM (tqdm flushes its last redraw when the process
+    // dies): a step that finished before the OOM, unless more progress follows.
+    struct HeldBar {
+        std::int64_t n = 0;
+        EvidenceLine where;
+    };
+    std::optional<HeldBar> held_bar_;
     std::optional<EvidenceLine> last_error_;  // a non-OOM exception ending a traceback
 
     std::vector<Sighting> sightings_;

@@ -45,6 +45,73 @@ std::string strip_ansi(std::string_view s) {
     return out;
 }
 
+std::string_view strip_rank_prefix(std::string_view s) {
+    if (s.empty() || s.front() != '[') return s;
+    const std::size_t close = s.find(']');
+    if (close == std::string_view::npos || close > 16) return s;
+    const std::string_view tag = s.substr(1, close - 1);
+    std::string_view digits = tag;
+    if (starts_with(tag, "rank")) digits = tag.substr(4);
+    if (starts_with(tag, "default")) digits = tag.substr(7);
+    bool ok = !digits.empty();
+    for (char c : digits) ok = ok && (is_digit(c) || (c == ',' && digits.data() == tag.data()));
+    if (!ok) return s;
+    std::string_view rest = s.substr(close + 1);
+    if (starts_with(rest, "<stderr>") || starts_with(rest, "<stdout>")) rest.remove_prefix(8);
+    if (rest.empty() || rest.front() != ':') return s;
+    rest.remove_prefix(1);
+    if (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    return rest;
+}
+
+std::string_view strip_log_prefix(std::string_view s) {
+    static constexpr std::string_view kLevels[] = {"INFO",  "WARNING", "WARN",
+                                                   "DEBUG", "ERROR",   "CRITICAL"};
+    for (int guard = 0; guard < 8; ++guard) {
+        s = trim(s);
+        if (s.size() >= 10 && is_digit(s[0]) && s[4] == '-' && s[7] == '-') {  // a date
+            std::size_t i = 10;
+            while (i < s.size() && (s[i] == ' ' || s[i] == 'T')) ++i;
+            while (i < s.size() && (is_digit(s[i]) || s[i] == ':' || s[i] == '.' || s[i] == ',')) {
+                ++i;
+            }
+            s.remove_prefix(i);
+            continue;
+        }
+        if (!s.empty() && s.front() == '[') {
+            const std::size_t close = s.find(']');
+            if (close == std::string_view::npos || close > 48) return s;
+            s.remove_prefix(close + 1);
+            continue;
+        }
+        if (starts_with(s, "- ") || starts_with(s, "| ")) {
+            s.remove_prefix(2);
+            continue;
+        }
+        bool level = false;
+        for (std::string_view l : kLevels) {
+            if (!starts_with(s, l) || s.size() == l.size()) continue;
+            const char next = s[l.size()];
+            if (next == ' ') {
+                s.remove_prefix(l.size());
+            } else if (next == ':') {
+                s.remove_prefix(l.size() + 1);
+                const std::size_t colon = s.find(':');
+                if (colon != std::string_view::npos &&
+                    s.substr(0, colon).find(' ') == std::string_view::npos) {
+                    s.remove_prefix(colon + 1);  // "INFO:__main__:message"
+                }
+            } else {
+                continue;
+            }
+            level = true;
+            break;
+        }
+        if (!level) return s;
+    }
+    return s;
+}
+
 std::string evidence_text(std::string_view s) {
     s = trim(s);
     bool truncated = false;

@@ -41,6 +41,16 @@ std::string lower_ascii(std::string_view s);
 // Drops ANSI colour sequences (ESC [ ... final byte): consoles captured with `script`, rich logs.
 std::string strip_ansi(std::string_view s);
 
+// Without a launcher's per-rank prefix: torchrun/DeepSpeed "[rank0]: ", torchrun --tee
+// "[default0]:", mpirun "[1,0]<stderr>:". One space after the colon goes with the prefix, so a
+// traceback's indentation is kept.
+std::string_view strip_rank_prefix(std::string_view s);
+
+// The message of a logging record, without its prefix: timestamps ("2025-03-01 10:00:00,123"),
+// bracketed fields ("[INFO]", "[Rank 0]", "[logging.py:128:log_dist]"), a level word ("INFO    ",
+// "INFO:__main__:") and "- " / "| " separators. Lines without a prefix are returned as they are.
+std::string_view strip_log_prefix(std::string_view s);
+
 // A line as evidence: trimmed, at most 240 bytes cut on a code point ("..." marks the cut), and
 // valid UTF-8 (logs mix encodings; invalid bytes become U+FFFD so the terminal and the JSON
 // output stay valid).

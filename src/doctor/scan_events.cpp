@@ -89,6 +89,30 @@ void LogScanner::scan_json_event(const nlohmann::json& j, std::string_view s) {
                         reason, phase, step});
         }
         change_since_oom_ = true;
+    } else if (event == "restart" && j.value("memory_related", false)) {
+        // loom's supervisor restarted a training process SIGKILLed without a word: the host's
+        // OOM killer (one sighting per death; the restart answers it like a plan change).
+        Sighting o;
+        o.where = here(s);
+        o.phase = phase_;
+        o.kind = OomKind::kHost;
+        add_sighting(std::move(o));
+        // "host.memory_caches true -> false": the host rung the supervisor took for the restart.
+        const std::string changes = json_text(j, "changes");
+        for (std::size_t start = 0; start < changes.size();) {
+            std::size_t end = changes.find(", ", start);
+            if (end == std::string::npos) end = changes.size();
+            const std::string one = changes.substr(start, end - start);
+            const std::size_t space = one.find(' ');
+            const std::size_t arrow = one.find(" -> ");
+            if (space != std::string::npos && arrow != std::string::npos && space < arrow) {
+                add_change({line_, one.substr(0, space), one.substr(space + 1, arrow - space - 1),
+                            one.substr(arrow + 4), json_text(j, "rule"), json_text(j, "reason"), "",
+                            std::nullopt});
+            }
+            start = end + 2;
+        }
+        change_since_oom_ = true;
     } else if ((event == "stable" || event == "save") && step) {
         on_progress(*step, s, false);
     } else if (event == "does_not_fit" || event == "worker_state" || event == "host_memory") {

@@ -1,6 +1,9 @@
 // What a log says about the job, for the log scanner (log_scanner.h): which tool wrote it (each
 // line votes) and the memory settings it printed (config dumps, YAML, command-line flags).
 
+#include <algorithm>
+#include <vector>
+
 #include "log_scanner.h"
 #include "log_text.h"
 #include "loom/guard/log_wording.h"
@@ -31,16 +34,21 @@ void LogScanner::vote_tool(std::string_view s) {
         "Job ID: \"",
         "completed jobs",
         "Generating Images"};
-    static constexpr std::array<std::string_view, 8> kKohya = {
+    static constexpr std::array<std::string_view, 10> kKohya = {
         "sd-scripts", "train_network.py", "sdxl_train",    "kohya",
-        "学習開始",   "avr_loss",         "train_util.py", "prepare optimizer, data loader"};
-    static constexpr std::array<std::string_view, 6> kPyTorch = {
+        "学習開始",   "avr_loss",         "train_util.py", "prepare optimizer, data loader",
+        "musubi",     "kohya_ss"};
+    static constexpr std::array<std::string_view, 10> kPyTorch = {
         "Traceback (most recent call last)",
         "torch",
         "OutOfMemoryError",
         "CUDA out of memory",
         "diffusers",
-        "accelerate"};
+        "accelerate",
+        "deepspeed",
+        "diffusion-pipe",
+        "OneTrainer",
+        "SimpleTuner"};
     static constexpr std::array<std::string_view, 3> kLoom = {"] [guard] [", "] [train] [",
                                                               guard::kPlanChangeWords};
     auto count = [&](LogTool tool, const auto& needles, int weight) {
@@ -98,6 +106,16 @@ void LogScanner::read_settings(std::string_view s) {
     }
     if (auto v = value_after_key(s, "num_frames"))
         note_int(st.num_frames, leading_int(*v), "frames");
+    // musubi-tuner "target_frames: (1, 45, 81)", diffusion-pipe "frame_buckets = [1, 33, 81]":
+    // the longest clip sets the peak.
+    for (const char* key : {"target_frames", "frame_buckets"}) {
+        if (auto v = value_after_key(s, key)) {
+            const std::vector<std::int64_t> frames = all_ints(*v);
+            if (!frames.empty()) {
+                note_int(st.num_frames, *std::max_element(frames.begin(), frames.end()), "frames");
+            }
+        }
+    }
     if (auto v = value_after_key(s, "low_vram"))
         note_bool(st.low_vram, leading_bool(*v), "low_vram");
     if (starts_with(s, "# Running job: ")) job_name_ = std::string(trim(s.substr(15)));

@@ -30,6 +30,8 @@ enum class LogCase {
     kSometimes,     // "sometimes": scattered OOMs after successful steps (a borderline config)
     kVideoFrames,   // "video_frames": a video model (num_frames > 1) OOMing in training
     kWorkerState,   // "worker_state": the GPU/worker, not (only) the config
+    kHostRam,       // "host_ram": host RAM ran out (the kernel's OOM killer, `Killed`, exit 137,
+                    // the CPU allocator), not the GPU: the device ladder does not apply
 };
 const char* to_string(LogCase c);
 
@@ -87,6 +89,8 @@ struct Diagnosis {
     LogCase log_case = LogCase::kNoOom;
     std::string title;         // one line: what happened
     std::string moment;        // before_step_1 only: "load", "cache", "first_sample" or ""
+    std::string phase;         // where the first OOM happened: "load", "cache", "first_sample",
+                               // "sample", "train_step", "save", "probe", or "unknown"
     std::string cause;         // the guide's "most likely cause" for the case
     std::string reason;        // why this case: the facts read from the log
     std::string first_change;  // the first change to make, as the guide's table says
