@@ -39,6 +39,9 @@ cxxopts::Options train_options() {
                   "SIZE")("faults", "Fault-injection rules (default: $LOOM_FAULTS or none)",
                           cxxopts::value<std::string>(), "RULES")(
         "fresh", "Start over even when the run folder has checkpoints (default: off)")(
+        "wait",
+        "When another loom train owns the run folder, wait for it to finish instead of "
+        "stopping with exit code 6 (default: off)")(
         "no-supervise",
         "Train in this process: no child process, no restart after a crash or the host's "
         "out-of-memory killer (default: off, training runs in a supervised child)")(
@@ -124,9 +127,10 @@ int run_train(const std::vector<std::string>& args) {
         }
     }
     o.fresh = parsed.count("fresh") > 0;
+    o.wait_for_run_folder = parsed.count("wait") > 0;
     if (parsed.count("stop-after")) o.stop_after_steps = parsed["stop-after"].as<long long>();
     // The supervised child gets the same arguments, --store included.
-    if (supervise) return supervise_training(loaded.job, args);
+    if (supervise) return supervise_training(loaded.job, args, o.wait_for_run_folder);
     std::optional<std::filesystem::path> store_file;
     if (parsed.count("store")) {
         store_file = parsed["store"].as<std::string>();

@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
                          loom::guard::OutcomeLine::Kind::kWorkerState, e.what()})
                   << "\n";
         return loom::to_int(loom::ExitCode::kWorkerState);
+    } catch (const loom::RunFolderBusyError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kRunFolderBusy);
     } catch (const loom::IoError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return loom::to_int(loom::ExitCode::kInputError);

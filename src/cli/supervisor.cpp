@@ -27,6 +27,7 @@
 #include "loom/guard/ladder_policy.h"
 #include "loom/guard/plan.h"
 #include "loom/train/run_folder.h"
+#include "loom/train/run_lock.h"
 
 namespace loom::cli {
 
@@ -420,8 +421,20 @@ int give_up(const std::vector<ChildEnd>& deaths, int max_restarts, std::size_t p
 
 }  // namespace
 
-int supervise_training(const config::Job& job, const std::vector<std::string>& train_args) {
+int supervise_training(const config::Job& job, const std::vector<std::string>& train_args,
+                       bool wait_for_run_folders) {
     ParentSignals signals;
+    // The parent owns every run folder of the job while it supervises; its children (restarts
+    // included) train under that ownership, and a SIGKILL of the parent leaves the lock to the
+    // child until it has checkpointed and gone.
+    std::vector<RunLock> locks;
+    RunLockOptions lock_options;
+    lock_options.wait = wait_for_run_folders;
+    lock_options.cancelled = [] { return stop_requested(); };
+    for (const config::ProcessConfig& process : job.config.process) {
+        locks.push_back(RunLock::acquire(run_folder_of(process).root(), lock_options));
+        locks.back().share_with_children();
+    }
     std::map<std::size_t, std::vector<ChildEnd>> deaths;  // per process
     for (bool restart = false;; restart = true) {
         if (stop_requested()) return to_int(ExitCode::kInterrupted);

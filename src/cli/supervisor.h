@@ -32,6 +32,9 @@ namespace loom::cli {
 // Runs `loom train <train_args...> --no-supervise` as a child until it ends for good; returns
 // loom's exit code. `job` is the job those arguments load (the parent loaded it to validate it
 // and to find the run folders).
-int supervise_training(const config::Job& job, const std::vector<std::string>& train_args);
+// The parent owns the job's run folders (train/run_lock.h) for the whole supervision and shares
+// them with each child; `wait_for_run_folders` waits for a folder another trainer owns.
+int supervise_training(const config::Job& job, const std::vector<std::string>& train_args,
+                       bool wait_for_run_folders);
 
 }  // namespace loom::cli

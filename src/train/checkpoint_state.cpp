@@ -102,4 +102,21 @@ CheckpointState load_checkpoint(const fs::path& dir) {
     return s;
 }
 
+std::optional<CheckpointState> load_newest_checkpoint(
+    const RunFolder& run,
+    const std::function<void(std::int64_t step, const std::string& error)>& passed_over) {
+    const std::vector<int64_t> steps = run.complete_checkpoints();  // oldest first
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+        try {
+            return load_checkpoint(run.checkpoint_dir(*it));
+        } catch (const Error& e) {
+            passed_over(*it, e.what());
+        }
+    }
+    if (steps.empty()) return std::nullopt;
+    throw FormatError(run.state_dir().string(),
+                      "holds no checkpoint that loads (see the warnings above); train with "
+                      "--fresh to start over (the old checkpoints are kept aside)");
+}
+
 }  // namespace loom

@@ -99,6 +99,7 @@ std::optional<fs::path> RunFolder::set_aside_checkpoints() const {
                         .count();
     const fs::path aside = root_ / ("state.before-fresh-" + std::to_string(ms));
     fs::rename(state_dir(), aside);
+    fs::create_directories(state_dir());
     return aside;
 }
 

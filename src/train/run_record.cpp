@@ -15,7 +15,9 @@ const char* to_string(RunStatus status) {
     return "failed";
 }
 
-RunRecord::RunRecord(const RunFolder& run) {
+RunRecord::RunRecord(const RunFolder& run, RunLockOptions lock)
+    : lock_(RunLock::acquire(run.root(), std::move(lock))) {
+    run.create();
     add_log_file(run.log_file());
 }
 

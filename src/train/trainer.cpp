@@ -1,13 +1,11 @@
 #include "loom/train/trainer.h"
 
 #include <ATen/ATen.h>
-#include <torch/autograd.h>
 #include <unistd.h>
 
 #include <chrono>
 
 #include "loom/config/emit.h"
-#include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/core/version.h"
 #include "loom/device/device.h"
@@ -204,14 +202,20 @@ void Trainer::prepare_data() {
 
 void Trainer::maybe_resume() {
     if (overrides_.fresh) return;
-    const auto newest = run_.newest_checkpoint();
-    if (!newest) return;
-    const CheckpointState s = load_checkpoint(run_.checkpoint_dir(*newest));
-    lora_->restore(s, run_.checkpoint_dir(*newest));
+    const std::optional<CheckpointState> s =
+        load_newest_checkpoint(run_, [&](std::int64_t step, const std::string& error) {
+            log().warn(
+                "the checkpoint at step {} cannot be loaded ({}); resuming from the one "
+                "before it",
+                step, error);
+            events_->record("checkpoint_unreadable", {{"step", step}, {"error", error}});
+        });
+    if (!s) return;
+    lora_->restore(*s, run_.checkpoint_dir(s->step));
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(s.rng_cpu);
-    data_->order().restore(data::cursor_from_json(s.data_cursor));
-    step_ = s.step;
+    cpu.set_state(s->rng_cpu);
+    data_->order().restore(data::cursor_from_json(s->data_cursor));
+    step_ = s->step;
     resumed_ = true;
     log().info("resuming {} from the checkpoint at step {}", run_.root().string(), step_);
 }
@@ -314,15 +318,16 @@ void Trainer::finish(TrainSummary& summary) const {
 
 TrainSummary Trainer::run() {
     TrainSummary summary;
-    if (overrides_.fresh) {
-        // The old run's checkpoints would otherwise be resumed by the next rerun (or by the
-        // supervisor's restart, which never passes --fresh): moved aside, never deleted.
+    // The folder is this trainer's before anything in it is touched; it, loom.log and the
+    // store's record are released on every exit path.
+    RunRecord record(
+        run_, {overrides_.wait_for_run_folder, true,
+               [this] { return overrides_.stop_requested && overrides_.stop_requested->load(); }});
+    if (overrides_.fresh) {  // the old checkpoints are moved aside so no rerun resumes them
         if (const auto aside = run_.set_aside_checkpoints()) {
             log().info("--fresh: the previous checkpoints moved to {}", aside->string());
         }
     }
-    run_.create();
-    RunRecord record(run_);  // loom.log and the store's record, closed on every exit path
     write_file_atomic(run_.config_yaml(), config::emit_job_yaml(job_));
     log().info("loom {} — run folder {}", kVersion, run_.root().string());
     events_ = std::make_unique<guard::EventLog>(run_.events_jsonl());

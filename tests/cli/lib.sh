@@ -26,3 +26,27 @@ wait_steps() {
   done
   return 1
 }
+
+# tiny_job NAME STEPS [SAVE_EVERY]: a job on the fixture on `sim` (1 GiB, no probe, no sampling),
+# batch 2 at 64 px, a checkpoint every SAVE_EVERY steps (default 2), run folder $TMP/runs/NAME.
+tiny_job() {
+  cat <<YAML
+job: extension
+config:
+  name: $1
+  process:
+    - type: sd_trainer
+      training_folder: $TMP/runs
+      device: sim
+      training_seed: 3
+      network: {linear: 4, linear_alpha: 4}
+      save: {save_every: ${3:-2}, dtype: float32}
+      datasets:
+        - folder_path: $TMP/fixture/data
+          resolution: [64]
+      train: {steps: $2, lr: 1e-3, batch_size: 2, gradient_checkpointing: false,
+              disable_sampling: true}
+      model: {name_or_path: $TMP/fixture/model, arch: sd1}
+      oom: {vram_limit: 1GiB, probe: false}
+YAML
+}

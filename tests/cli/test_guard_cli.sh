@@ -9,30 +9,9 @@ LOOM="$1"; FIXTURE="$2"
 source "$(dirname "$0")/lib.sh"
 make_fixture "$FIXTURE"
 
-job() {  # job NAME STEPS
-  cat <<YAML
-job: extension
-config:
-  name: $1
-  process:
-    - type: sd_trainer
-      training_folder: $TMP/runs
-      device: sim
-      training_seed: 3
-      network: {linear: 4, linear_alpha: 4}
-      save: {save_every: 2, dtype: float32}
-      datasets:
-        - folder_path: $TMP/fixture/data
-          resolution: [64]
-      train: {steps: $2, lr: 1e-3, batch_size: 2, gradient_checkpointing: false,
-              disable_sampling: true}
-      model: {name_or_path: $TMP/fixture/model, arch: sd1}
-      oom: {vram_limit: 1GiB, probe: false}
-YAML
-}
 
 # E: a dirty device → exit 5 within seconds, the message says to use a fresh worker.
-job dirty 4 >"$TMP/dirty.yaml"
+tiny_job dirty 4 >"$TMP/dirty.yaml"
 start=$(date +%s)
 LOOM_FAULTS=dirty "$LOOM" train "$TMP/dirty.yaml" >"$TMP/dirty.out" 2>"$TMP/dirty.err"
 rc=$?
@@ -44,7 +23,7 @@ grep -q "error: worker state:.*fresh worker" "$TMP/dirty.err" && ok "worker-stat
 
 # F: a budget below what even low_vram 3 needs (the weights are 4.8 MiB; level 3 trains this job
 # in 2 MiB, its block weights streaming from the host) → exit 4 with the smallest plan tried.
-job tiny_budget 4 >"$TMP/tiny.yaml"
+tiny_job tiny_budget 4 >"$TMP/tiny.yaml"
 "$LOOM" train "$TMP/tiny.yaml" --vram 64KiB >"$TMP/tiny.out" 2>"$TMP/tiny.err"
 rc=$?
 [ "$rc" -eq 4 ] && ok "budget below the weights exits 4" || bad "does-not-fit exit code $rc"
@@ -53,7 +32,7 @@ grep -q "error: does not fit:.*smallest plan tried" "$TMP/tiny.err" && ok "does-
 
 # H: an injected OOM at step 1 downgrades the plan; SIGKILL mid-run; the rerun starts from the
 # persisted plan, says so, and runs out of memory no more.
-job killed 40 >"$TMP/killed.yaml"
+tiny_job killed 40 >"$TMP/killed.yaml"
 # --no-supervise: the SIGKILL hits the trainer itself, not a supervisor that would stop its child
 # cleanly (and still be writing the run folder when the rerun starts).
 LOOM_FAULTS="oom:phase=train_step:step=1" "$LOOM" train "$TMP/killed.yaml" --no-supervise \

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "loom/config/load.h"
+#include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/model/tensor_file.h"
 #include "loom/train/trainer.h"
@@ -137,6 +138,36 @@ TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
     EXPECT_EQ(second.start_step, 3);
     EXPECT_EQ(second.end_step, 8);
     EXPECT_LE(testing::max_lora_difference(whole.final_lora, second.final_lora), 1e-5);
+}
+
+// A newest checkpoint that claims to be complete but does not load (truncated by a full disk or a
+// crash the marker did not see) is passed over with a warning and an event: the run resumes from
+// the one before it and still ends with the uninterrupted run's LoRA.
+TEST_F(TrainerTest, ATruncatedNewestCheckpointFallsBackToThePreviousOne) {
+    TrainOverrides o;
+    o.progress_line = false;
+    const TrainSummary whole = train_process(job("whole_t", 8), 0, o);
+    TrainOverrides stop = o;
+    stop.stop_after_steps = 7;  // checkpoints at steps 3 and 6
+    const TrainSummary first = train_process(job("truncated", 8), 0, stop);
+    const fs::path newest = first.run_folder / "state" / "000000006" / "state.safetensors";
+    ASSERT_TRUE(fs::exists(newest));
+    fs::resize_file(newest, fs::file_size(newest) / 2);
+    const TrainSummary second = train_process(job("truncated", 8), 0, o);
+    EXPECT_TRUE(second.resumed);
+    EXPECT_EQ(second.start_step, 3);
+    EXPECT_EQ(second.end_step, 8);
+    EXPECT_LE(testing::max_lora_difference(whole.final_lora, second.final_lora), 1e-5);
+    std::ifstream events(second.run_folder / "events.jsonl");
+    const std::string text((std::istreambuf_iterator<char>(events)),
+                           std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"checkpoint_unreadable\""), std::string::npos);
+    // With every checkpoint unreadable the run stops instead of starting over on top of them.
+    for (const char* step : {"000000003", "000000006", "000000008"}) {
+        const fs::path f = second.run_folder / "state" / step / "state.safetensors";
+        if (fs::exists(f)) fs::resize_file(f, 10);
+    }
+    EXPECT_THROW(train_process(job("truncated", 8), 0, o), FormatError);
 }
 
 // Every way out of a run releases its loom.log: after the --stop-after hook (as if killed) a

@@ -67,4 +67,11 @@ class WorkerStateError : public Error {
     using Error::Error;
 };
 
+// Another trainer owns the run folder (exit code 6): the message names its PID, host and start
+// time and what to do (wait for it, `--wait`, or stop it).
+class RunFolderBusyError : public Error {
+  public:
+    using Error::Error;
+};
+
 }  // namespace loom

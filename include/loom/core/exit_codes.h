@@ -12,6 +12,7 @@ enum class ExitCode : int {
     kInputError = 3,         // unreadable or malformed input files (model, dataset, checkpoint)
     kDoesNotFit = 4,         // the OOM ladder is exhausted: the job does not fit this device
     kWorkerState = 5,        // the device is unusable before loom allocated anything
+    kRunFolderBusy = 6,      // another trainer owns the run folder (loom train --wait waits)
     kRestartRequested = 75,  // a training child asks its supervisor for a restart (EX_TEMPFAIL)
     kInterrupted = 130,      // stopped by SIGINT/SIGTERM after a clean final save
 };

@@ -9,10 +9,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace loom {
+
+class RunFolder;
 
 struct CheckpointState {
     std::int64_t step = 0;             // steps completed
@@ -29,5 +33,13 @@ struct CheckpointState {
 void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& state);
 // Throws FormatError naming the file when something is missing or malformed.
 CheckpointState load_checkpoint(const std::filesystem::path& dir);
+
+// The newest complete checkpoint of `run` that loads; nullopt when there is none. One that claims
+// to be complete but does not load (a truncated file, a disk that filled mid-save) is passed
+// over — `passed_over(step, error)` is told — for the one before it; nothing is deleted. Throws
+// FormatError when checkpoints exist but none loads (train with --fresh to start over).
+std::optional<CheckpointState> load_newest_checkpoint(
+    const RunFolder& run,
+    const std::function<void(std::int64_t step, const std::string& error)>& passed_over);
 
 }  // namespace loom

@@ -1,8 +1,9 @@
 #pragma once
 
-// One run of a job as the outside world sees it: the run folder's loom.log joined to the log
-// sinks while the run lives, and the stable-config store's record of the run (its start, and
-// exactly one end status). Whatever way Trainer::run leaves — completed, interrupted, the
+// One run of a job as the outside world sees it: the run folder owned by this trainer alone
+// (train/run_lock.h), its loom.log joined to the log sinks while the run lives, and the
+// stable-config store's record of the run (its start, and exactly one end status). Whatever way
+// Trainer::run leaves — completed, interrupted, the
 // --stop-after hook, or an exception unwinding — the destructor closes the log sink, and a run
 // that recorded no end is recorded as failed. Used from the training thread only.
 
@@ -12,6 +13,7 @@
 
 #include "loom/guard/plan.h"
 #include "loom/guard/plan_store.h"
+#include "loom/train/run_lock.h"
 
 namespace loom {
 
@@ -28,8 +30,9 @@ const char* to_string(RunStatus status);
 
 class RunRecord {
   public:
-    // Adds `run`'s loom.log to the log sinks (the folder must exist).
-    explicit RunRecord(const RunFolder& run);
+    // Takes `run`'s folder (RunLock::acquire with `lock`: throws RunFolderBusyError when
+    // another trainer has it), creates it and adds its loom.log to the log sinks.
+    RunRecord(const RunFolder& run, RunLockOptions lock);
     ~RunRecord();
     RunRecord(const RunRecord&) = delete;
     RunRecord& operator=(const RunRecord&) = delete;
@@ -45,6 +48,7 @@ class RunRecord {
     void end(RunStatus status);
 
   private:
+    RunLock lock_;  // released last, after the log sink
     guard::PlanStore* store_ = nullptr;
     Progress progress_;
     bool ended_ = false;

@@ -27,6 +27,9 @@ struct TrainOverrides {
     std::optional<std::string> device;  // --device, over process.device
     std::optional<std::uint64_t> vram;  // --vram, over oom.vram_limit
     bool fresh = false;                 // ignore an existing run folder's checkpoints
+    // Another trainer owns the run folder: wait for it (--wait) instead of stopping with
+    // RunFolderBusyError (train/run_lock.h).
+    bool wait_for_run_folder = false;
     // Stop (as if killed, without a final save) once this many steps ran in this invocation;
     // tests use it to interrupt a run at a known step.
     std::optional<std::int64_t> stop_after_steps;
