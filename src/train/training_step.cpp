@@ -12,18 +12,6 @@
 
 namespace loom {
 
-namespace {
-
-// The named tensor `name` of a caption's conditioning (undefined when absent).
-at::Tensor named(const NamedTensors& tensors, const char* name) {
-    for (const auto& [n, t] : tensors) {
-        if (n == name) return t;
-    }
-    return {};
-}
-
-}  // namespace
-
 TrainingStep::TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumulation,
                            double max_grad_norm)
     : parts_(std::move(parts)),
@@ -93,20 +81,22 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     std::vector<std::size_t> slots;
     for (const data::StepSlot& slot : micro.slots) {
         latents.push_back(parts_.data.latent(slot.item, micro.bucket, parts_.encode_latent));
-        const NamedTensors conditioning =
-            parts_.data.conditioning(parts_.data.caption(slot, batches, seed_), parts_.encode_text);
-        contexts.push_back(named(conditioning, "context"));
-        if (at::Tensor p = named(conditioning, "text_embeds"); p.defined()) pooled.push_back(p);
+        const std::string caption = parts_.data.caption(slot, batches, seed_);
+        const TextConditioning c =
+            TextConditioning::from_named(parts_.data.conditioning(caption, parts_.encode_text),
+                                         "the text cache entry of '" + caption + "'");
+        contexts.push_back(c.context);  // [1, tokens, width]
+        if (c.text_embeds.defined()) pooled.push_back(c.text_embeds);
         slots.push_back(slot.slot);
     }
     const at::Tensor x0 = device.to_device(at::stack(latents));
     const at::Tensor context =
-        device.to_device(at::stack(contexts)).to(unet->parameters().front().scalar_type());
+        device.to_device(at::cat(contexts)).to(unet->parameters().front().scalar_type());
     const NoisedBatch noised = parts_.objective.noise(x0, slots, seed_, step_index, device);
     at::Tensor text_embeds;
     at::Tensor time_ids;
     if (!pooled.empty()) {  // SDXL: the pooled embedding and the size conditioning
-        text_embeds = device.to_device(at::stack(pooled)).to(context.scalar_type());
+        text_embeds = device.to_device(at::cat(pooled)).to(context.scalar_type());
         time_ids = device.to_device(
             StableDiffusion::time_ids(micro.bucket.height, micro.bucket.width, x0.size(0)));
     }
