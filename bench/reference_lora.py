@@ -17,8 +17,13 @@ Prints one JSON line per step {"step", "time" (epoch seconds at the end of the s
 and a last line {"lora_parameters": N}.
 
     reference_lora.py MODEL DATA RESOLUTION BATCH STEPS RANK ALPHA LR THREADS OUT_FILE
+        [--device cuda] [--dtype bf16] [--gradient-checkpointing]
+
+On a GPU (scripts/gpu_check.sh) the UNet, VAE and text encoder load in --dtype (the LoRA stays
+float32, peft's default) on --device, and --gradient-checkpointing turns on the UNet's own.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -50,8 +55,11 @@ def load_images(folder, resolution):
     return torch.stack(images), captions
 
 
-def main(model, data, resolution, batch, steps, rank, alpha, lr, threads, out_file):
+def main(model, data, resolution, batch, steps, rank, alpha, lr, threads, out_file,
+         device="cpu", dtype="fp32", gradient_checkpointing=False):
     torch.set_num_threads(threads)
+    dev = torch.device(device)
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
     torch.manual_seed(0)
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from peft import LoraConfig
@@ -59,11 +67,14 @@ def main(model, data, resolution, batch, steps, rank, alpha, lr, threads, out_fi
     from safetensors.torch import save_file
     from transformers import CLIPTextModel, CLIPTokenizer
 
-    f32 = dict(torch_dtype=torch.float32)
-    vae = AutoencoderKL.from_pretrained(model, subfolder="vae", **f32).eval()
-    text_encoder = CLIPTextModel.from_pretrained(model, subfolder="text_encoder", **f32).eval()
+    f32 = dict(torch_dtype=dt)
+    vae = AutoencoderKL.from_pretrained(model, subfolder="vae", **f32).eval().to(dev)
+    text_encoder = CLIPTextModel.from_pretrained(model, subfolder="text_encoder",
+                                                 **f32).eval().to(dev)
     tokenizer = CLIPTokenizer.from_pretrained(model, subfolder="tokenizer")
-    unet = UNet2DConditionModel.from_pretrained(model, subfolder="unet", **f32)
+    unet = UNet2DConditionModel.from_pretrained(model, subfolder="unet", **f32).to(dev)
+    if gradient_checkpointing:
+        unet.enable_gradient_checkpointing()
     schedule = DDPMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                              num_train_timesteps=1000)
     unet.requires_grad_(False)
@@ -74,11 +85,13 @@ def main(model, data, resolution, batch, steps, rank, alpha, lr, threads, out_fi
 
     images, captions = load_images(data, resolution)
     with torch.no_grad():
+        images = images.to(dev, dt)
         latents = torch.cat([vae.encode(images[i:i + 8]).latent_dist.sample()
                              for i in range(0, len(images), 8)]) * vae.config.scaling_factor
         ids = tokenizer(captions, padding="max_length", max_length=77, truncation=True,
-                        return_tensors="pt").input_ids
+                        return_tensors="pt").input_ids.to(dev)
         contexts = text_encoder(ids)[0]
+        latents = latents.float()
     del vae, text_encoder
 
     opt = torch.optim.AdamW(params, lr=lr, eps=1e-6, weight_decay=0.01)
@@ -89,8 +102,8 @@ def main(model, data, resolution, batch, steps, rank, alpha, lr, threads, out_fi
         pick, order = order[:batch], order[batch:]
         x0, context = latents[pick], contexts[pick]
         noise = torch.randn_like(x0)
-        t = torch.randint(0, 1000, (batch,))
-        pred = unet(schedule.add_noise(x0, noise, t), t, context).sample
+        t = torch.randint(0, 1000, (batch,), device=dev)
+        pred = unet(schedule.add_noise(x0, noise, t).to(dt), t, context).sample
         loss = torch.nn.functional.mse_loss(pred.float(), noise)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -102,8 +115,14 @@ def main(model, data, resolution, batch, steps, rank, alpha, lr, threads, out_fi
 
 
 if __name__ == "__main__":
-    a = sys.argv[1:]
-    if len(a) != 10:
-        sys.exit(__doc__)
-    main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]), float(a[6]), float(a[7]),
-         int(a[8]), a[9])
+    p = argparse.ArgumentParser(usage=__doc__)
+    for name in ("model", "data", "resolution", "batch", "steps", "rank", "alpha", "lr",
+                 "threads", "out_file"):
+        p.add_argument(name)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    a = p.parse_args()
+    main(a.model, a.data, int(a.resolution), int(a.batch), int(a.steps), int(a.rank),
+         float(a.alpha), float(a.lr), int(a.threads), a.out_file, a.device, a.dtype,
+         a.gradient_checkpointing)

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
@@ -30,6 +31,30 @@ std::pair<std::uint64_t, std::uint64_t> mem_get_info(int index) {
     }
     return {free, total};
 }
+
+// A device copy made on the copy stream. wait() orders the caller's stream after it and tells
+// the caching allocator that stream uses the memory: without record_stream the block could be
+// handed out again (on the copy stream) as soon as the tensor is freed, while kernels queued on
+// the compute stream still read it.
+class CudaAsyncCopy final : public AsyncCopy {
+  public:
+    CudaAsyncCopy(at::Tensor host, at::Tensor device, c10::cuda::CUDAEvent ready)
+        : host_(std::move(host)), device_(std::move(device)), ready_(std::move(ready)) {}
+
+    at::Tensor wait() override {
+        const c10::cuda::CUDAStream current =
+            c10::cuda::getCurrentCUDAStream(device_.device().index());
+        ready_.block(current);
+        device_.record_stream(current);
+        host_.reset();
+        return std::move(device_);
+    }
+
+  private:
+    at::Tensor host_;  // the pinned source, alive until the copy has been waited for
+    at::Tensor device_;
+    c10::cuda::CUDAEvent ready_;
+};
 
 }  // namespace
 
@@ -86,6 +111,7 @@ MemoryStats CudaDevice::stats() const {
     s.allocated = static_cast<std::uint64_t>(dev.allocated_bytes[kAggregate].current);
     s.reserved = static_cast<std::uint64_t>(dev.reserved_bytes[kAggregate].current);
     s.peak_allocated = static_cast<std::uint64_t>(dev.allocated_bytes[kAggregate].peak);
+    s.peak_reserved = static_cast<std::uint64_t>(dev.reserved_bytes[kAggregate].peak);
     const auto [free, total] = mem_get_info(spec().index);
     s.total = limit_ ? *limit_ : total;
     // Under a cap, what this process may still take: the cap minus what it reserved.
@@ -113,9 +139,31 @@ at::Tensor CudaDevice::to_device(const at::Tensor& t) const {
 }
 
 at::Tensor CudaDevice::to_host(const at::Tensor& t) const {
-    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+    // The source's memory format, so a channels-last weight streamed from the host (low_vram
+    // level 3) comes back channels-last.
+    at::Tensor host = at::empty(
+        t.sizes(),
+        t.options().device(at::kCPU).pinned_memory(true).memory_format(t.suggest_memory_format()));
     host.copy_(t);
     return host;
+}
+
+std::unique_ptr<AsyncCopy> CudaDevice::copy_to_device_async(const at::Tensor& host) const {
+    // From pageable memory a "non-blocking" copy is staged synchronously anyway.
+    if (!host.defined() || !host.is_cpu() || !host.is_pinned()) {
+        return Device::copy_to_device_async(host);
+    }
+    const auto index = static_cast<c10::DeviceIndex>(spec().index);
+    std::call_once(copy_stream_once_, [&] {
+        copy_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index).unwrap();
+    });
+    const c10::cuda::CUDAStream stream(c10::cuda::CUDAStream::UNCHECKED, *copy_stream_);
+    c10::cuda::CUDAStreamGuard on_copy_stream(stream);  // also makes the device current
+    // Allocated on the copy stream, which alone uses it until wait() hands it to another.
+    at::Tensor device = host.to(torch_device(), /*non_blocking=*/true);
+    c10::cuda::CUDAEvent ready;
+    ready.record(stream);
+    return std::make_unique<CudaAsyncCopy>(host, std::move(device), std::move(ready));
 }
 
 }  // namespace loom

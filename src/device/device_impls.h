@@ -3,6 +3,11 @@
 // The three Device implementations. Internal to the device layer; everyone else uses
 // open_device() and the Device interface.
 
+#include <c10/core/Stream.h>
+
+#include <mutex>
+#include <optional>
+
 #include "loom/device/device.h"
 
 namespace loom {
@@ -53,10 +58,16 @@ class CudaDevice final : public Device {
     void synchronize() override;
     at::Tensor to_device(const at::Tensor& t) const override;
     at::Tensor to_host(const at::Tensor& t) const override;
+    std::unique_ptr<AsyncCopy> copy_to_device_async(const at::Tensor& host) const override;
 
   private:
     std::string name_;
     std::optional<std::uint64_t> limit_;
+    // The side stream asynchronous copies run on: one per device, so the caching allocator keeps
+    // one pool for their blocks instead of one per pool stream. Taken from c10's pool on first
+    // use (a c10::Stream here keeps CUDA headers out of this header).
+    mutable std::once_flag copy_stream_once_;
+    mutable std::optional<c10::Stream> copy_stream_;
 };
 
 }  // namespace loom

@@ -46,6 +46,7 @@ MemoryStats SimDevice::stats() const {
     s.allocated = allocator_.allocated();
     s.reserved = s.allocated;  // no caching: what is allocated is what is held
     s.peak_allocated = allocator_.peak();
+    s.peak_reserved = s.peak_allocated;
     s.total = allocator_.budget();
     // `dirty`: memory held outside loom, as on a GPU another process still occupies.
     s.free = fault_injector().dirty() ? 0 : s.total - std::min(s.total, s.allocated);

@@ -30,14 +30,19 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
 
 namespace {
 
-at::Tensor fetched(const std::shared_ptr<WeightSource>& source, const at::Tensor& t) {
-    return source && t.defined() ? source->fetch(t) : t;
+FetchedWeights fetched(const std::shared_ptr<WeightSource>& source, const at::Tensor& weight,
+                       const at::Tensor& bias) {
+    return source ? source->fetch(weight, bias) : FetchedWeights{weight, bias};
 }
 
 }  // namespace
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-    at::Tensor y = at::linear(x, fetched(source_, weight), fetched(source_, bias));
+    at::Tensor y;
+    {  // fetched copies go as soon as the base output exists (unless autograd keeps them)
+        const FetchedWeights w = fetched(source_, weight, bias);
+        y = at::linear(x, w.weight, w.bias);
+    }
     if (adapter_) y = y + adapter_->forward(x);
     return y;
 }
@@ -52,8 +57,11 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
 }
 
 at::Tensor Conv2dImpl::forward(const at::Tensor& x) {
-    at::Tensor y = at::conv2d(x, fetched(source_, weight), fetched(source_, bias),
-                              {stride_, stride_}, {padding_, padding_});
+    at::Tensor y;
+    {
+        const FetchedWeights w = fetched(source_, weight, bias);
+        y = at::conv2d(x, w.weight, w.bias, {stride_, stride_}, {padding_, padding_});
+    }
     if (adapter_) y = y + adapter_->forward(x);
     return y;
 }

@@ -153,11 +153,17 @@ at::Tensor Transformer2DModelImpl::forward(const at::Tensor& x, const at::Tensor
         }
     }
     if (!linear_projection_) {
-        h = h.reshape({batch, height, width, inner}).permute({0, 3, 1, 2}).contiguous();
+        // Back in the input's layout: a channels-last input (perf.channels_last) gets this
+        // [B, H, W, C] memory as it is, without a copy.
+        h = h.reshape({batch, height, width, inner})
+                .permute({0, 3, 1, 2})
+                .contiguous(x.suggest_memory_format());
         h = proj_out->as<Conv2dImpl>()->forward(h);
     } else {
         h = proj_out->as<LinearImpl>()->forward(h);
-        h = h.reshape({batch, height, width, -1}).permute({0, 3, 1, 2}).contiguous();
+        h = h.reshape({batch, height, width, -1})
+                .permute({0, 3, 1, 2})
+                .contiguous(x.suggest_memory_format());
     }
     return h + x;
 }

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "loom/model/memory_format.h"
+
 namespace loom {
 
 namespace {
@@ -141,15 +143,24 @@ AutoencoderKLImpl::AutoencoderKLImpl(const VAEConfig& c) : config_(c) {
 }
 
 LatentDistribution AutoencoderKLImpl::encode(const at::Tensor& image) {
-    at::Tensor moments = encoder(image);
+    at::Tensor moments = encoder(channels_last_if(image, channels_last_));
     if (quant_conv) moments = quant_conv(moments);
+    // The latents leave in the standard layout: they are cached, written and stacked as such.
+    if (channels_last_) moments = moments.contiguous();
     const auto parts = moments.chunk(2, 1);
     return {parts[0], at::clamp(parts[1], -30.0, 20.0)};
 }
 
 at::Tensor AutoencoderKLImpl::decode(const at::Tensor& latents) {
-    at::Tensor z = post_quant_conv ? post_quant_conv(latents) : latents;
-    return decoder(z);
+    const at::Tensor in = channels_last_if(latents, channels_last_);
+    const at::Tensor image = decoder(post_quant_conv ? post_quant_conv(in) : in);
+    return channels_last_ ? image.contiguous() : image;
+}
+
+void AutoencoderKLImpl::set_channels_last(bool on) {
+    channels_last_ = on;
+    set_conv_weights_format(*this,
+                            on ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous);
 }
 
 int64_t AutoencoderKLImpl::scale_factor() const {

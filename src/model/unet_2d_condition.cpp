@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "loom/core/error.h"
+#include "loom/model/memory_format.h"
 
 namespace loom {
 
@@ -131,7 +132,7 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
         emb = emb + add_embedding(add_embeds.to(emb.dtype()));
     }
 
-    at::Tensor h = conv_in(sample);
+    at::Tensor h = conv_in(channels_last_if(sample, channels_last_));
     std::vector<at::Tensor> skips = {h};
     for (const auto& m : *down_blocks) {
         DownBlockOutput out = m->as<DownBlockImpl>()->forward(h, emb, context);
@@ -150,7 +151,15 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
         }
         h = block->forward(h, std::move(block_skips), emb, context, upsample_size);
     }
-    return conv_out(at::silu(conv_norm_out(h)));
+    const at::Tensor out = conv_out(at::silu(conv_norm_out(h)));
+    // [B, C_out, H, W] back in the caller's layout: losses, samplers and caches see one layout.
+    return channels_last_ ? out.contiguous(sample.suggest_memory_format()) : out;
+}
+
+void UNet2DConditionModelImpl::set_channels_last(bool on) {
+    channels_last_ = on;
+    set_conv_weights_format(*this,
+                            on ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous);
 }
 
 void UNet2DConditionModelImpl::set_gradient_checkpointing(bool on) {

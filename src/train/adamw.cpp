@@ -1,6 +1,7 @@
 #include "loom/train/adamw.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ops/_fused_adamw.h>
 #include <torch/autograd.h>
 
 #include <cmath>
@@ -41,6 +42,10 @@ at::Tensor flat_state(const std::vector<at::Tensor>& params, std::vector<at::Ten
 
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
+    if (options_.fused && !params_.empty()) {
+        fused_step_ =
+            at::zeros({1}, params_.front().options().dtype(at::kFloat).requires_grad(false));
+    }
     if (can_flatten(params_)) {
         flat_exp_avg_ = flat_state(params_, exp_avg_);
         flat_exp_avg_sq_ = flat_state(params_, exp_avg_sq_);
@@ -90,9 +95,60 @@ void AdamW::step_flat(double lr, double bias1, double bias2) {
     }
 }
 
+// The fused path: torch.optim.AdamW(fused=True)'s kernel, which updates parameters and state in
+// place. Its update is step_flat's (decoupled decay `p *= 1 - lr * wd`, lerp for the first
+// moment, bias corrections from the step count, eps added after the square root), rounded
+// differently (fused multiply-adds): equal within 1e-6 relative (test_optim.cpp).
+//
+// Why it is still all or nothing (reference/oom-anchors.md §5.3), although it writes in place:
+// it allocates no device memory, so it has nothing to run out of. On the CPU (cpu, sim) each
+// tensor is updated through raw pointers; the kernel's only allocation would be a contiguous copy
+// of a strided gradient, and this path is taken only when every tensor is contiguous (the sim
+// allocator counts no allocation: test_optim.cpp). On CUDA the tensor addresses travel as kernel
+// arguments from host memory (multi_tensor_apply), never through the caching allocator. What the
+// driver may still need — loading the kernel's module, growing local memory — it needs at the
+// first launch, before anything has been written, and every later launch of the same step runs
+// the same kernel. A CUDA error past that point is not an OOM; the guard does not retry it.
+// Returns false, having changed nothing, when some tensor does not fit the kernel's rules.
+bool AdamW::step_fused(double lr, int64_t t) {
+    std::vector<at::Tensor> params;
+    std::vector<at::Tensor> grads;
+    std::vector<at::Tensor> exp_avgs;
+    std::vector<at::Tensor> exp_avg_sqs;
+    const at::Tensor& first = params_.front();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        const at::Tensor& p = params_[i];
+        const at::Tensor& g = p.grad();
+        if (!g.defined()) continue;  // skipped, as in the other paths
+        for (const at::Tensor* x :
+             std::initializer_list<const at::Tensor*>{&p, &g, &exp_avg_[i], &exp_avg_sq_[i]}) {
+            if (!x->is_contiguous() || x->is_sparse() || x->scalar_type() != first.scalar_type() ||
+                x->device() != first.device()) {
+                return false;
+            }
+        }
+        params.push_back(p);
+        grads.push_back(g);
+        exp_avgs.push_back(exp_avg_[i]);
+        exp_avg_sqs.push_back(exp_avg_sq_[i]);
+    }
+    if (!params.empty()) {
+        fused_step_.fill_(static_cast<double>(t));  // in place: allocates nothing
+        const std::vector<at::Tensor> steps(params.size(), fused_step_);
+        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr,
+                          options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
+                          /*amsgrad=*/false, /*maximize=*/false);
+    }
+    return true;
+}
+
 void AdamW::step(double lr) {
     torch::NoGradGuard no_grad;
     const int64_t t = step_ + 1;
+    if (fused_step_.defined() && step_fused(lr, t)) {
+        step_ = t;
+        return;
+    }
     const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(t));
     const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(t));
     if (flat_exp_avg_.defined() && every_grad_defined()) {

@@ -62,6 +62,7 @@ LoRATraining::LoRATraining(const config::ProcessConfig& process, UNet2DCondition
     ao.beta2 = t.optimizer_params.betas.at(1);
     ao.eps = t.optimizer_params.eps;
     ao.weight_decay = t.optimizer_params.weight_decay;
+    ao.fused = process.perf.fused_adamw;
     optimizer_ = std::make_unique<AdamW>(network_->parameters(), ao);
     const config::LrScheduler kind = process.choices.lr_scheduler;
     schedule_ = make_lr_schedule(

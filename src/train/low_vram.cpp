@@ -33,11 +33,13 @@ void move(torch::nn::Module& module, const Device& device, bool to_device,
     }
 }
 
-// A device copy of a host-resident weight, made for one computation.
+// Device copies of a host-resident layer's weights, made for one computation when it runs.
 class DeviceFetch final : public WeightSource {
   public:
     explicit DeviceFetch(const Device& device) : device_(device) {}
-    at::Tensor fetch(const at::Tensor& resident) override { return device_.to_device(resident); }
+    FetchedWeights fetch(const at::Tensor& weight, const at::Tensor& bias) override {
+        return {device_.to_device(weight), bias.defined() ? device_.to_device(bias) : bias};
+    }
 
   private:
     const Device& device_;
@@ -93,36 +95,61 @@ void LowVramMode::base_to_bf16(bool unet_on_device) {
 
 void LowVramMode::stream_blocks() {
     torch::NoGradGuard no_grad;
-    auto source = std::make_shared<DeviceFetch>(device_);
-    std::size_t streamed = 0;
+    struct Streamed {
+        torch::nn::Module* module;
+        at::Tensor* weight;
+        at::Tensor* bias;
+    };
+    std::vector<Streamed> layers;
     for (const auto& item : model_.unet->named_modules("", /*include_self=*/false)) {
         if (!in_streamed_block(item.key())) continue;
         torch::nn::Module& m = *item.value();
-        at::Tensor* weight = nullptr;
-        at::Tensor* bias = nullptr;
         if (auto* linear = dynamic_cast<LinearImpl*>(&m)) {
-            linear->set_weight_source(source);
-            weight = &linear->weight;
-            bias = &linear->bias;
+            layers.push_back({&m, &linear->weight, &linear->bias});
         } else if (auto* conv = dynamic_cast<Conv2dImpl*>(&m)) {
-            conv->set_weight_source(source);
-            weight = &conv->weight;
-            bias = &conv->bias;
-        } else {
-            continue;
+            layers.push_back({&m, &conv->weight, &conv->bias});
         }
-        weight->set_data(device_.to_host(weight->data()));
-        streamed_.insert(weight->unsafeGetTensorImpl());
-        if (bias->defined()) {
-            bias->set_data(device_.to_host(bias->data()));
-            streamed_.insert(bias->unsafeGetTensorImpl());
-        }
-        ++streamed;
     }
-    log().info("{} UNet block layers stream their weights from the host", streamed);
+    std::shared_ptr<WeightSource> source;
+    if (options_.stream_prefetch) {
+        prefetch_ = std::make_shared<PrefetchingWeightSource>(device_, layers.size());
+        source = prefetch_;
+    } else {
+        source = std::make_shared<DeviceFetch>(device_);
+    }
+    for (const Streamed& l : layers) {
+        if (auto* linear = dynamic_cast<LinearImpl*>(l.module)) linear->set_weight_source(source);
+        if (auto* conv = dynamic_cast<Conv2dImpl*>(l.module)) conv->set_weight_source(source);
+        l.weight->set_data(device_.to_host(l.weight->data()));
+        streamed_.insert(l.weight->unsafeGetTensorImpl());
+        if (l.bias->defined()) {
+            l.bias->set_data(device_.to_host(l.bias->data()));
+            streamed_.insert(l.bias->unsafeGetTensorImpl());
+        }
+    }
+    log().info("{} UNet block layers stream their weights from the host{}", layers.size(),
+               prefetch_
+                   ? format(" ({} layers copied ahead of use)", PrefetchingWeightSource::kDepth)
+                   : std::string());
+}
+
+void LowVramMode::drop_prefetched() {
+    if (prefetch_) prefetch_->drop();
+}
+
+std::optional<PrefetchingWeightSource::Stats> LowVramMode::prefetch_stats() const {
+    if (!prefetch_) return std::nullopt;
+    return prefetch_->stats();
 }
 
 void LowVramMode::place_model(int level) {
+    if (options_.channels_last) {
+        // Still host-resident: converted where it lies, and every copy placement makes keeps it.
+        HostAllocations host;
+        model_.unet->set_channels_last(true);
+        if (model_.vae) model_.vae->set_channels_last(true);
+        log().info("UNet and VAE convolutions in channels-last memory format");
+    }
     if (level >= 2) base_to_bf16(false);  // still host-resident: the device never sees float32
     // Streamed block weights never visit the device: loading must fit where training does, or
     // the load phase's ladder (which raises low_vram) could not help.

@@ -52,6 +52,8 @@ void Progress::write_metrics(const StepReport& r) {
                                  {"buckets", r.buckets},
                                  {"allocated", r.memory.allocated},
                                  {"peak_allocated", r.memory.peak_allocated},
+                                 {"reserved", r.memory.reserved},
+                                 {"peak_reserved", r.memory.peak_reserved},
                                  {"phases",
                                   {{"data", r.times.data},
                                    {"forward", r.times.forward},

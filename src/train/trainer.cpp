@@ -9,6 +9,7 @@
 #include "loom/core/logging.h"
 #include "loom/core/version.h"
 #include "loom/device/device.h"
+#include "loom/device/step_graphs.h"
 #include "loom/guard/event_log.h"
 #include "loom/guard/guard.h"
 #include "loom/guard/log_wording.h"
@@ -94,6 +95,7 @@ class Trainer final : public guard::GuardedTarget {
     std::unique_ptr<TrainingData> data_;
     DiffusionObjective objective_;
     std::unique_ptr<SdEncoders> encoders_;
+    std::unique_ptr<StepGraphs> graphs_;  // perf.cuda_graphs (declared before its user)
     std::unique_ptr<TrainingStep> step_runner_;
     std::unique_ptr<PreflightProbe> probe_;
     std::int64_t step_ = 0;  // steps done
@@ -141,13 +143,17 @@ void Trainer::start_guard() {
 }
 
 void Trainer::release_after_oom() {
-    if (lora_) lora_->optimizer().zero_grad();   // undefined, not zero-filled: nothing held
-    if (!low_vram_) model_ = StableDiffusion{};  // a load that failed mid-placement
+    if (step_runner_) step_runner_->release_graphs();  // before the gradients: it holds them
+    if (lora_) lora_->optimizer().zero_grad();         // undefined, not zero-filled: nothing held
+    if (low_vram_) low_vram_->drop_prefetched();       // layers block streaming copied ahead
+    if (!low_vram_) model_ = StableDiffusion{};        // a load that failed mid-placement
 }
 
 // Each knob reaches its owner: the UNet its checkpointing, the data its buckets and caches,
 // low_vram its level; the host threads and sampling are the trainer's own.
 void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
+    // Captured micro-batches are of the old plan's shapes and kernels.
+    if (step_runner_) step_runner_->release_graphs();
     if (from.gradient_checkpointing != to.gradient_checkpointing && model_.unet) {
         model_.unet->set_gradient_checkpointing(to.gradient_checkpointing);
     }
@@ -178,7 +184,9 @@ void Trainer::load() {
         DiffusionObjective(ObjectiveOptions::from(process_), NoiseSchedule(model_.scheduler));
     // low_vram_ exists only once the model is placed: after an OOM during placement the
     // ladder's new level must not be applied to a half-placed model — the retry reloads.
-    auto placement = std::make_unique<LowVramMode>(model_, *device_);
+    auto placement = std::make_unique<LowVramMode>(
+        model_, *device_,
+        PlacementOptions{process_.perf.stream_prefetch, process_.perf.channels_last});
     placement->place_model(plan().low_vram);
     low_vram_ = std::move(placement);
     model_.unet->set_gradient_checkpointing(plan().gradient_checkpointing);
@@ -192,9 +200,22 @@ void Trainer::prepare_data() {
         process_, static_cast<int>(find_arch_spec(model_.arch)->bucket_divisibility),
         process_.model.name_or_path + "|" + model_.arch, plan(), run_.root(), seed());
     encoders_ = std::make_unique<SdEncoders>(model_, *low_vram_, *device_, seed());
+    if (process_.perf.cuda_graphs) {
+        graphs_ = make_step_graphs(*device_);
+        if (graphs_->captures()) {
+            log().info(
+                "perf.cuda_graphs: each micro-batch shape is captured as a CUDA graph on its "
+                "second use and replayed after");
+        } else {
+            log().info(
+                "perf.cuda_graphs: {} has nothing to capture; micro-batches run on the same "
+                "static buffers, eagerly",
+                device_->spec().to_string());
+        }
+    }
     step_runner_ = std::make_unique<TrainingStep>(
         TrainingStep::Parts{*device_, model_, *data_, *lora_, objective_, *guard_,
-                            encoders_->latent_encoder(), encoders_->text_encoder()},
+                            encoders_->latent_encoder(), encoders_->text_encoder(), graphs_.get()},
         seed(), process_.train.gradient_accumulation, process_.train.max_grad_norm);
     probe_ = std::make_unique<PreflightProbe>(*guard_, *events_, *device_, *step_runner_,
                                               [this](const guard::Plan& p) { probe_sampling(p); });
@@ -373,6 +394,12 @@ TrainSummary Trainer::run() {
     guard_->run(Phase::kSave, step_, [&] { save(step_, true); });
     guard_->run(Phase::kSample, step_, [&] { sample(step_); });
     guard_->finish(step_);
+    if (const auto p = low_vram_->prefetch_stats()) {
+        log().info(
+            "stream prefetch: {} fetches from copies made ahead, {} on demand, {} copies "
+            "unused, {} orders learned",
+            p->hits, p->direct, p->wasted, p->periods);
+    }
     finish(summary);
     summary.final_lora = run_.final_lora();
     record.end(RunStatus::kCompleted);

@@ -7,6 +7,7 @@
 #include "loom/device/device.h"
 #include "loom/guard/guard.h"
 #include "loom/model/stable_diffusion.h"
+#include "loom/train/graphed_forward_backward.h"
 #include "loom/train/lora_training.h"
 #include "loom/train/objective.h"
 
@@ -17,7 +18,22 @@ TrainingStep::TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumul
     : parts_(std::move(parts)),
       seed_(seed),
       gradient_accumulation_(gradient_accumulation),
-      max_grad_norm_(max_grad_norm) {}
+      max_grad_norm_(max_grad_norm) {
+    if (parts_.graphs != nullptr) {
+        graphed_ = std::make_unique<GraphedForwardBackward>(
+            *parts_.graphs, *parts_.model.unet, parts_.objective, parts_.lora.optimizer().params());
+    }
+}
+
+TrainingStep::~TrainingStep() = default;
+
+void TrainingStep::release_graphs() {
+    if (graphed_) graphed_->clear();
+}
+
+bool TrainingStep::graphed(const guard::Plan& plan) const {
+    return graphed_ != nullptr && plan.low_vram < 3;
+}
 
 StepWork TrainingStep::draw(std::int64_t index) {
     StepWork w;
@@ -38,12 +54,16 @@ double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
     for (const auto& m : micro) total += m.slots.size();
     times_ = {};
     parts_.lora.optimizer().zero_grad();
+    const bool graphs = graphed(plan);
+    if (graphs) graphed_->begin_step();
     at::Tensor loss;
     for (const data::MicroBatch& m : micro) {
         parts_.guard.note_bucket(m.bucket.width, m.bucket.height);
-        const at::Tensor part = forward_backward(m, work.batches, work.index, total);
+        const at::Tensor part =
+            forward_backward(m, work.batches, work.index, total, graphs ? &plan : nullptr);
         loss = loss.defined() ? loss + part : part;
     }
+    if (graphs) graphed_->finish_step();
     PhaseTimer timer(times_.optimizer);
     parts_.lora.step(work.index, max_grad_norm_);
     // The step's one read-back (a device sync), not one per micro-batch.
@@ -61,17 +81,22 @@ std::string TrainingStep::probe(const guard::Plan& plan) {
         data::split_micro_batches({b}, parts_.data.buckets(), plan.batch_size);
     parts_.lora.optimizer().zero_grad();
     parts_.guard.note_bucket(micro.front().bucket.width, micro.front().bucket.height);
-    forward_backward(micro.front(), {b}, /*step_index=*/0, micro.front().slots.size());
+    // Eager even under perf.cuda_graphs: the probe measures the step's peak, and a capture's
+    // pool would keep its memory.
+    forward_backward(micro.front(), {b}, /*step_index=*/0, micro.front().slots.size(),
+                     /*graphed_plan=*/nullptr);
     parts_.lora.optimizer().zero_grad();
     return b.bucket.key();
 }
 
 // Forward and backward of one micro-batch; its loss is weighted by its share of the step's
 // items, so the accumulated gradient is the step's mean whatever the split. Returns the
-// weighted loss, detached, on the device.
+// weighted loss, detached, on the device. With `graphed_plan` the computation runs on the
+// static buffers of perf.cuda_graphs (graphed_forward_backward.h).
 at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
                                           const std::vector<data::Batch>& batches,
-                                          std::int64_t step_index, std::size_t step_items) {
+                                          std::int64_t step_index, std::size_t step_items,
+                                          const guard::Plan* graphed_plan) {
     std::optional<PhaseTimer> phase(std::in_place, times_.data);
     const Device& device = parts_.device;
     UNet2DConditionModel& unet = parts_.model.unet;
@@ -100,11 +125,20 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
         time_ids = device.to_device(
             StableDiffusion::time_ids(micro.bucket.height, micro.bucket.width, x0.size(0)));
     }
+    const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
+    if (graphed_plan != nullptr) {
+        phase.emplace(times_.forward);  // forward and backward are one replay
+        // The key: everything that changes the captured kernels or their shapes.
+        const std::string key = micro.bucket.key() + " x" + std::to_string(x0.size(0)) +
+                                (graphed_plan->gradient_checkpointing ? " gc" : "") + " lv" +
+                                std::to_string(graphed_plan->low_vram);
+        return graphed_->run(key, {noised.noisy.to(context.scalar_type()), noised.timesteps,
+                                   context, text_embeds, time_ids, noised.target, weight});
+    }
     phase.emplace(times_.forward);
     const at::Tensor pred = unet->forward(noised.noisy.to(context.scalar_type()), noised.timesteps,
                                           context, text_embeds, time_ids);
     const at::Tensor loss = parts_.objective.loss(pred, noised.target);
-    const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
     const at::Tensor weighted = loss * weight;
     phase.emplace(times_.backward);
     weighted.backward();

@@ -35,6 +35,7 @@ TEST(ConfigEmit, EveryKindOfValueRoundTrips) {
                       "      sample:\n        prompts: ['a \"quoted\" prompt', 'x: y']\n"
                       "        samples:\n          - prompt: one\n            seed: 7\n"
                       "      oom:\n        vram_limit: 96MiB\n"
+                      "      perf:\n        fused_adamw: true\n        stream_prefetch: true\n"
                       "meta:\n  version: '1.0'\n  empty: ''\n  nested: {a: 1}\n");
 }
 
@@ -56,6 +57,23 @@ TEST(ConfigEmit, DifferentJobsCompareUnequal) {
     b = a;
     b.config.process[0].train.ema_config.ema_decay = 0.5;
     EXPECT_FALSE(a == b);
+    for (bool PerfConfig::*key : {&PerfConfig::fused_adamw, &PerfConfig::channels_last,
+                                  &PerfConfig::stream_prefetch, &PerfConfig::cuda_graphs}) {
+        b = a;
+        b.config.process[0].perf.*key = true;
+        EXPECT_FALSE(a == b);
+    }
+}
+
+TEST(ConfigEmit, PerfBlockIsEmittedWithEveryKey) {
+    const std::string yaml = emit_job_yaml(load(kMinimalJob).job);
+    EXPECT_NE(yaml.find("perf:\n"
+                        "        fused_adamw: false\n"
+                        "        channels_last: false\n"
+                        "        stream_prefetch: false\n"
+                        "        cuda_graphs: false\n"),
+              std::string::npos)
+        << yaml;
 }
 
 }  // namespace

@@ -52,6 +52,23 @@ TEST(ConfigDefaults, MatchAiToolkit) {
     EXPECT_FALSE(p.oom.scale_up);
     EXPECT_EQ(p.oom.reuse_stable, "auto");
     EXPECT_FALSE(p.oom.vram_limit.has_value());
+    // loom's own perf: block, every switch off so a run is measured against the plain path
+    EXPECT_FALSE(p.perf.fused_adamw);
+    EXPECT_FALSE(p.perf.channels_last);
+    EXPECT_FALSE(p.perf.stream_prefetch);
+    EXPECT_FALSE(p.perf.cuda_graphs);
+}
+
+TEST(ConfigValues, PerfSwitchesParse) {
+    const LoadedJob loaded =
+        load(with("      perf:\n        fused_adamw: true\n        channels_last: true\n"
+                  "        stream_prefetch: true\n        cuda_graphs: true\n"));
+    EXPECT_TRUE(loaded.warnings.empty());
+    const PerfConfig& perf = loaded.job.config.process[0].perf;
+    EXPECT_TRUE(perf.fused_adamw);
+    EXPECT_TRUE(perf.channels_last);
+    EXPECT_TRUE(perf.stream_prefetch);
+    EXPECT_TRUE(perf.cuda_graphs);
 }
 
 TEST(ConfigValues, ExponentWithoutDotIsAFloat) {
@@ -169,6 +186,14 @@ TEST(ConfigWarnings, UnknownKeyWithSuggestion) {
     EXPECT_EQ(loaded.warnings[0].to_string(),
               "job.yaml:12:7: warning: unknown key config.process.0.trian (did you mean "
               "'train'?); it is ignored");
+}
+
+TEST(ConfigWarnings, UnknownPerfKeyWithSuggestion) {
+    const LoadedJob loaded = load(with("      perf:\n        fused_adam: true\n"));
+    ASSERT_EQ(loaded.warnings.size(), 1u);
+    EXPECT_EQ(loaded.warnings[0].to_string(),
+              "job.yaml:13:9: warning: unknown key config.process.0.perf.fused_adam (did you mean "
+              "'fused_adamw'?); it is ignored");
 }
 
 TEST(ConfigWarnings, UnknownKeyWithoutSuggestion) {

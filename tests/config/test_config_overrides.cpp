@@ -30,6 +30,16 @@ TEST(ConfigOverrides, CreatesMissingSections) {
     EXPECT_EQ(loaded.applied_overrides[0], "config.process.0.train.lr: (unset) -> 1e-4");
 }
 
+TEST(ConfigOverrides, SetsAPerfSwitch) {
+    const LoadedJob loaded = load(kMinimalJob, sets({"config.process.0.perf.fused_adamw=true"}));
+    EXPECT_TRUE(loaded.job.config.process[0].perf.fused_adamw);
+    EXPECT_FALSE(loaded.job.config.process[0].perf.channels_last);
+    EXPECT_EQ(loaded.applied_overrides[0], "config.process.0.perf.fused_adamw: (unset) -> true");
+    EXPECT_EQ(error_of(kMinimalJob, sets({"config.process.0.perf.channels_last=sometimes"})),
+              "--set config.process.0.perf.channels_last=sometimes: "
+              "config.process.0.perf.channels_last must be true or false, got 'sometimes'");
+}
+
 TEST(ConfigOverrides, ListValuesKeepTheirCommas) {
     const LoadedJob loaded =
         load(kMinimalJob, sets({"config.process.0.datasets.0.resolution=[512, 768]"}));

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <memory>
+#include <vector>
+
 #include "loom/device/device.h"
 #include "loom/device/oom_classify.h"
 
@@ -38,6 +41,27 @@ TEST_F(CudaDeviceTest, VramLimitMakesRealOoms) {
         FAIL() << "expected an OOM under a 256 MiB cap";
     } catch (...) {
         EXPECT_EQ(classify(std::current_exception()), OomKind::kDevice);
+    }
+}
+
+// Block streaming's host copies keep the layout perf.channels_last gave the weights, and an
+// asynchronous copy (a side stream, then an event the compute stream waits on) gives the same
+// values as a plain one, usable at once on the current stream.
+TEST_F(CudaDeviceTest, CopiesKeepTheLayoutAndAsyncCopiesArriveWhole) {
+    auto device = open_device({DeviceKind::kCuda, 0});
+    const at::Tensor weight =
+        device->to_device(torch::randn({64, 32, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast));
+    const at::Tensor host = device->to_host(weight);
+    EXPECT_TRUE(host.is_pinned());
+    EXPECT_TRUE(host.is_contiguous(at::MemoryFormat::ChannelsLast));
+    std::vector<std::unique_ptr<AsyncCopy>> copies;
+    for (int i = 0; i < 8; ++i) copies.push_back(device->copy_to_device_async(host));
+    copies.pop_back();  // dropped without waiting: safe
+    for (auto& c : copies) {
+        const at::Tensor t = c->wait();
+        EXPECT_TRUE(t.is_cuda());
+        EXPECT_TRUE(t.is_contiguous(at::MemoryFormat::ChannelsLast));
+        EXPECT_TRUE(torch::equal(t * 2, weight * 2));  // used on the current stream right away
     }
 }
 

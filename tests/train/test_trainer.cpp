@@ -15,6 +15,7 @@
 #include "loom/config/load.h"
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
+#include "loom/device/faults.h"
 #include "loom/model/tensor_file.h"
 #include "loom/train/trainer.h"
 #include "tiny_sd.h"
@@ -199,6 +200,53 @@ TEST_F(TrainerTest, Bf16WithEmaAccumulationAndCosineRuns) {
     ASSERT_FALSE(lora.empty());
     for (const auto& [name, t] : lora)
         EXPECT_EQ(t.scalar_type(), at::kFloat) << name;  // save.dtype
+}
+
+// perf.cuda_graphs on the CPU: no capture, but every micro-batch goes through the static buffers,
+// the gradient accumulators and autograd::grad instead of backward() — the path a CUDA graph
+// replays. It must train the same LoRA as the plain path, with micro-batches (accumulation 2)
+// and with gradient checkpointing.
+TEST_F(TrainerTest, TheGraphedPathTrainsTheSameLora) {
+    TrainOverrides o;
+    o.progress_line = false;
+    const std::string network = "{linear: 4, linear_alpha: 4}";
+    const std::string accumulation = "        gradient_accumulation: 2\n";
+    for (const bool checkpointing : {false, true}) {
+        const std::string suffix = checkpointing ? "_gc" : "";
+        config::Job plain = job("plain" + suffix, 4, "3e-3", network, accumulation);
+        config::Job graphed = job("graphed" + suffix, 4, "3e-3", network,
+                                  accumulation + "      perf: {cuda_graphs: true}\n");
+        for (config::Job* j : {&plain, &graphed}) {
+            j->config.process[0].train.gradient_checkpointing = checkpointing;
+        }
+        const TrainSummary a = train_process(plain, 0, o);
+        const TrainSummary b = train_process(graphed, 0, o);
+        EXPECT_LE(testing::max_lora_difference(a.final_lora, b.final_lora), 1e-6)
+            << "gradient_checkpointing " << checkpointing;
+    }
+}
+
+// An OOM inside a graphed micro-batch (sim): the guard frees the static buffers and accumulators
+// with the rest of the failed attempt, steps down, and the run trains every step.
+TEST_F(TrainerTest, TheGraphedPathRecoversFromAStepOom) {
+    TrainOverrides o;
+    o.progress_line = false;
+    o.device = "sim";
+    o.vram = std::uint64_t{4} << 30;
+    fault_injector().configure(parse_faults("oom:phase=train_step:step=2:times=1"));
+    const TrainSummary graphed =
+        train_process(job("graphed_oom", 4, "3e-3", "{linear: 4, linear_alpha: 4}",
+                          "      perf: {cuda_graphs: true}\n"),
+                      0, o);
+    fault_injector().clear();
+    EXPECT_EQ(graphed.end_step, 4);
+    std::ifstream events(graphed.run_folder / "events.jsonl");
+    int ooms = 0;
+    for (std::string line; std::getline(events, line);) {
+        if (nlohmann::json::parse(line).value("event", "") == "oom") ++ooms;
+    }
+    EXPECT_EQ(ooms, 1);
+    EXPECT_FALSE(graphed.final_lora.empty());
 }
 
 }  // namespace

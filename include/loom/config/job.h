@@ -1,7 +1,7 @@
 #pragma once
 
 // Typed job configuration: the ai-toolkit job schema (../shared/reference/ai-toolkit.md §1) plus
-// loom's own `oom:` block. Defaults equal ai-toolkit's for every key loom implements.
+// loom's own `oom:` and `perf:` blocks. Defaults equal ai-toolkit's for every key loom implements.
 //
 // Each struct lists its keys once, in `fields(v)`, as member pointers with their rules; the
 // reader, the emitter and the comparer all walk that one list, so a key cannot be read but not
@@ -618,6 +618,24 @@ struct OomConfig {
     }
 };
 
+// loom's own block: GPU performance switches. Each is off by default so a run can be measured
+// with and without it (docs/BENCHMARKS.md); none changes what is computed beyond float rounding,
+// and each is tested for equal results on the CPU and sim paths.
+struct PerfConfig {
+    bool fused_adamw = false;      // AdamW through ATen's fused multi-tensor kernel
+    bool channels_last = false;    // UNet and VAE conv activations in channels-last memory format
+    bool stream_prefetch = false;  // low_vram level 3: copy the next layers' weights ahead of use
+    bool cuda_graphs = false;      // whole-step CUDA graph capture per bucket shape (CUDA only)
+
+    template <class V>
+    static void fields(V& v) {
+        v("fused_adamw", &PerfConfig::fused_adamw);
+        v("channels_last", &PerfConfig::channels_last);
+        v("stream_prefetch", &PerfConfig::stream_prefetch);
+        v("cuda_graphs", &PerfConfig::cuda_graphs);
+    }
+};
+
 struct ProcessConfig {
     std::string type;
     std::optional<std::string> name;             // resolved: config.name when absent
@@ -634,6 +652,7 @@ struct ProcessConfig {
     SampleConfig sample;
     LoggingConfig logging;
     OomConfig oom;
+    PerfConfig perf;
     // The enumerations above as values, resolved once by the loader; not a YAML key (the YAML
     // keeps the words as written), so neither read, emitted nor compared.
     Choices choices;
@@ -662,6 +681,7 @@ struct ProcessConfig {
         v("sample", &ProcessConfig::sample);
         v("logging", &ProcessConfig::logging);
         v("oom", &ProcessConfig::oom);
+        v("perf", &ProcessConfig::perf);
         v.not_yet({"log_dir", "first_sample", "sqlite_db_path", "torch_profiler", "guidance",
                    "embedding", "decorator", "adapter", "slider", "do_lorm", "lorm_extract_mode",
                    "lorm_extract_mode_param"});

@@ -20,6 +20,16 @@
 
 namespace loom {
 
+// A host-to-device copy in flight (Device::copy_to_device_async). wait() returns the device
+// tensor, ready for the work the calling thread queues from then on (on CUDA: its current
+// stream); call it at most once, on the thread that uses the tensor. Dropping the handle without
+// waiting is safe: the copy completes and its memory is freed after it.
+class AsyncCopy {
+  public:
+    virtual ~AsyncCopy() = default;
+    virtual at::Tensor wait() = 0;
+};
+
 class Device {
   public:
     virtual ~Device() = default;
@@ -43,7 +53,14 @@ class Device {
     // A device-resident copy of `t` (or `t` itself when it already is one).
     virtual at::Tensor to_device(const at::Tensor& t) const = 0;
     // A host-resident copy of `t`, in pinned memory on CUDA; never counts against the budget.
+    // Both copies keep `t`'s memory format (a channels-last weight stays channels-last).
     virtual at::Tensor to_host(const at::Tensor& t) const = 0;
+    // Starts a device copy of the host-resident `host` and returns without waiting for it, so the
+    // copy can overlap the computation already queued (block streaming's prefetch). On CUDA a
+    // pinned tensor is copied on a side stream; elsewhere, and for unpinned memory, the copy is
+    // made at once, so on sim its memory is counted from this call. Device memory is allocated
+    // here: this throws c10::OutOfMemoryError as to_device() does.
+    virtual std::unique_ptr<AsyncCopy> copy_to_device_async(const at::Tensor& host) const;
 
   protected:
     explicit Device(DeviceSpec spec) : spec_(spec) {}

@@ -11,8 +11,11 @@ struct MemoryStats {
     std::uint64_t allocated = 0;       // bytes held by live tensors
     std::uint64_t reserved = 0;        // bytes held by the allocator (>= allocated on CUDA)
     std::uint64_t peak_allocated = 0;  // highest `allocated` since the last reset_peak()
-    std::uint64_t total = 0;           // device capacity (the budget on sim, RAM on cpu)
-    std::uint64_t free = 0;            // what the device reports free
+    // highest `reserved` since the last reset_peak(): what the card had to give this process (the
+    // caching allocator keeps freed blocks, so this, not peak_allocated, is what a cap must hold)
+    std::uint64_t peak_reserved = 0;
+    std::uint64_t total = 0;  // device capacity (the budget on sim, RAM on cpu)
+    std::uint64_t free = 0;   // what the device reports free
 
     // "allocated 12.00 MiB, reserved 16.00 MiB, peak 40.00 MiB, free 80.00 MiB of 96.00 MiB"
     std::string to_string() const;

@@ -19,14 +19,22 @@ class LayerAdapter {
     virtual at::Tensor forward(const at::Tensor& input) = 0;
 };
 
+// A layer's weight and bias as one computation uses them (bias undefined when the layer has none).
+struct FetchedWeights {
+    at::Tensor weight;
+    at::Tensor bias;
+};
+
 // Where a layer's frozen weight and bias come from when it computes. Without one, the layer uses
 // its parameters where they live. Block swapping (low_vram) keeps the parameters on the host and
-// fetches a device copy for each forward — and for each recompute under gradient checkpointing —
-// which dies with the computation that used it.
+// fetches device copies for each forward — and for each recompute under gradient checkpointing —
+// which die with the computation that used them. One call per layer computation, weight and bias
+// together, so a source that copies ahead (stream prefetch) sees the order layers run in.
 class WeightSource {
   public:
     virtual ~WeightSource() = default;
-    virtual at::Tensor fetch(const at::Tensor& resident) = 0;
+    // `weight` and `bias` are the layer's resident parameters (the same tensors every call).
+    virtual FetchedWeights fetch(const at::Tensor& weight, const at::Tensor& bias) = 0;
 };
 
 class LinearImpl : public torch::nn::Module {

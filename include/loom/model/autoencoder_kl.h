@@ -109,9 +109,13 @@ class AutoencoderKLImpl : public torch::nn::Module {
     const VAEConfig& config() const { return config_; }
     // Pixels per latent cell: 2^(number of blocks - 1).
     int64_t scale_factor() const;
+    // Channels-last convolutions inside encode and decode, the standard layout at the edges
+    // (model/memory_format.h). Converts the conv weights where they live: call it before placing.
+    void set_channels_last(bool on);
 
   private:
     VAEConfig config_;
+    bool channels_last_ = false;
     VAEEncoder encoder{nullptr};
     VAEDecoder decoder{nullptr};
     Conv2d quant_conv{nullptr};

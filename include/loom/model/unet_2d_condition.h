@@ -57,6 +57,10 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
     // Switchable at run time: the OOM ladder turns it on mid-run, between steps.
     void set_gradient_checkpointing(bool on);
     bool gradient_checkpointing() const { return checkpointing_; }
+    // Channels-last convolutions inside, the standard layout at the edges (model/memory_format.h).
+    // Converts the conv weights where they live: call it before placing the model.
+    void set_channels_last(bool on);
+    bool channels_last() const { return channels_last_; }
     const UNetConfig& config() const { return config_; }
 
   private:
@@ -71,6 +75,7 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
     Conv2d conv_out{nullptr};
     int64_t num_upsamplers_ = 0;
     bool checkpointing_ = false;
+    bool channels_last_ = false;
 };
 TORCH_MODULE(UNet2DConditionModel);
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,9 @@ namespace loom {
 
 class Device;
 class DiffusionObjective;
+class GraphedForwardBackward;
 class LoRATraining;
+class StepGraphs;
 struct StableDiffusion;
 namespace guard {
 class Guard;
@@ -51,8 +54,12 @@ class TrainingStep {
         guard::Guard& guard;
         TrainingData::LatentEncode encode_latent;
         data::TextEmbeddingCache::Encode encode_text;
+        // perf.cuda_graphs: micro-batches run on static buffers through these (captured per
+        // shape on CUDA, eagerly elsewhere); null: the plain path.
+        StepGraphs* graphs = nullptr;
     };
     TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumulation, double max_grad_norm);
+    ~TrainingStep();
 
     // The next step's batches (train.gradient_accumulation of them) and the RNG state.
     StepWork draw(std::int64_t index);
@@ -65,16 +72,24 @@ class TrainingStep {
     // Where the last successful attempt's time went.
     const StepTimes& times() const { return times_; }
 
+    // Frees the static buffers and CUDA graphs of perf.cuda_graphs (after an OOM, and when the
+    // plan changes); a no-op without them.
+    void release_graphs();
+
   private:
+    // Whether this attempt's micro-batches go through the graphs: block streaming (low_vram 3)
+    // fetches weights from the host inside the computation, which stays eager.
+    bool graphed(const guard::Plan& plan) const;
     at::Tensor forward_backward(const data::MicroBatch& micro,
                                 const std::vector<data::Batch>& batches, std::int64_t step_index,
-                                std::size_t step_items);
+                                std::size_t step_items, const guard::Plan* graphed_plan);
 
     Parts parts_;
     std::uint64_t seed_;
     int gradient_accumulation_;
     double max_grad_norm_;
     StepTimes times_;
+    std::unique_ptr<GraphedForwardBackward> graphed_;
 };
 
 }  // namespace loom
