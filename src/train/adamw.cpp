@@ -190,6 +190,46 @@ void AdamW::zero_grad() {
     for (at::Tensor& p : params_) p.mutable_grad() = at::Tensor();
 }
 
+bool AdamW::device_step_supported() const {
+    if (params_.empty()) return false;
+    const at::Tensor& first = params_.front();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+        const at::Tensor& g = params_[i].grad();
+        if (!g.defined()) return false;
+        for (const at::Tensor* x : {&params_[i], &g, &exp_avg_[i], &exp_avg_sq_[i]}) {
+            if (!x->is_contiguous() || x->is_sparse() || x->scalar_type() != first.scalar_type() ||
+                x->device() != first.device()) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+void AdamW::prepare_device_step(double lr) {
+    torch::NoGradGuard no_grad;
+    const auto options = params_.front().options().dtype(at::kFloat).requires_grad(false);
+    if (!fused_step_.defined()) fused_step_ = at::zeros({1}, options);
+    if (!device_lr_.defined()) device_lr_ = at::zeros({}, options);
+    fused_step_.fill_(static_cast<double>(step_ + 1));  // in place: allocates nothing
+    device_lr_.fill_(lr);
+}
+
+void AdamW::device_step(double max_grad_norm) {
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> grads;
+    grads.reserve(params_.size());
+    for (const at::Tensor& p : params_) grads.push_back(p.grad());
+    if (max_grad_norm > 0) {
+        const at::Tensor norm = at::stack(at::_foreach_norm(grads, 2)).norm();
+        at::_foreach_mul_(grads, (max_grad_norm / (norm + 1e-6)).clamp_max(1.0));
+    }
+    const std::vector<at::Tensor> steps(params_.size(), fused_step_);
+    at::_fused_adamw_(params_, grads, exp_avg_, exp_avg_sq_, /*max_exp_avg_sqs=*/{}, steps,
+                      device_lr_, options_.beta1, options_.beta2, options_.weight_decay,
+                      options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+
 double AdamW::clip_grad_norm(double max_norm) {
     torch::NoGradGuard no_grad;
     std::vector<at::Tensor> grads;

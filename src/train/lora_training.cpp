@@ -6,6 +6,7 @@
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/device/device.h"
+#include "loom/device/step_graphs.h"
 #include "loom/lora/lora_file.h"
 
 namespace loom {
@@ -79,6 +80,21 @@ LoRATraining::LoRATraining(const config::ProcessConfig& process, UNet2DCondition
 void LoRATraining::step(std::int64_t step_index, double max_grad_norm) {
     if (max_grad_norm > 0) optimizer_->clip_grad_norm(max_grad_norm);
     optimizer_->step(schedule_.lr_at(step_index));
+    optimizer_->zero_grad();
+    if (ema_) ema_->update(network_->parameters());
+}
+
+// All or nothing as step() is: the device update writes in place only in the fused kernel,
+// which allocates nothing; what can run out (the norms) runs before it, and a replay allocates
+// nothing at all.
+void LoRATraining::step(std::int64_t step_index, double max_grad_norm, StepGraphs& graphs) {
+    if (!optimizer_->device_step_supported()) {
+        step(step_index, max_grad_norm);
+        return;
+    }
+    optimizer_->prepare_device_step(schedule_.lr_at(step_index));
+    graphs.run("update", [&] { optimizer_->device_step(max_grad_norm); });
+    optimizer_->count_device_step();
     optimizer_->zero_grad();
     if (ema_) ema_->update(network_->parameters());
 }

@@ -63,9 +63,13 @@ double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
             forward_backward(m, work.batches, work.index, total, graphs ? &plan : nullptr);
         loss = loss.defined() ? loss + part : part;
     }
-    if (graphs) graphed_->finish_step();
     PhaseTimer timer(times_.optimizer);
-    parts_.lora.step(work.index, max_grad_norm_);
+    if (graphs) {
+        graphed_->finish_step();
+        parts_.lora.step(work.index, max_grad_norm_, *parts_.graphs);
+    } else {
+        parts_.lora.step(work.index, max_grad_norm_);
+    }
     // The step's one read-back (a device sync), not one per micro-batch.
     return loss.item<double>();
 }

@@ -153,6 +153,41 @@ TEST(AdamW, FusedMatchesTheOutOfPlacePathAcrossACheckpoint) {
 
 // Why the fused path keeps the all-or-nothing property: it allocates no device memory at all, so
 // a budget with no room left, under which the out-of-place step runs out, does not stop it.
+// perf.cuda_graphs' update: clipping with its factor computed on the device and the fused kernel
+// reading lr and the step count from device tensors. It must equal clip_grad_norm + step, both
+// when the gradients are clipped (large) and when they are not (small), with a per-step lr.
+TEST(AdamW, TheDeviceStepMatchesClipAndStep) {
+    auto plain = make_params();
+    auto device = make_params();
+    const AdamWOptions o{1e-2, 0.9, 0.999, 1e-6, 0.01};
+    AdamW opt(plain, o);
+    AdamW device_opt(device, o);
+    for (int s = 0; s < 8; ++s) {
+        set_grads(plain, s);
+        set_grads(device, s);
+        const double scale = s % 2 == 0 ? 100.0 : 1e-3;  // norms far above / below max_norm
+        for (auto* params : {&plain, &device}) {
+            for (auto& p : *params) p.mutable_grad().mul_(scale);
+        }
+        const double lr = 1e-2 * (1.0 - 0.05 * s);
+        opt.clip_grad_norm(1.0);
+        opt.step(lr);
+        ASSERT_TRUE(device_opt.device_step_supported());
+        device_opt.prepare_device_step(lr);
+        device_opt.device_step(1.0);
+        device_opt.count_device_step();
+    }
+    EXPECT_EQ(device_opt.steps_taken(), opt.steps_taken());
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_LE(max_relative_difference(device[i], plain[i]), 1e-6) << "param " << i;
+        EXPECT_LE(max_relative_difference(device_opt.exp_avg_sq()[i], opt.exp_avg_sq()[i]), 1e-5)
+            << "param " << i;
+    }
+    // Without a gradient for every parameter the device update does not apply.
+    device[0].mutable_grad() = at::Tensor();
+    EXPECT_FALSE(device_opt.device_step_supported());
+}
+
 TEST(AdamW, FusedStepAllocatesNoDeviceMemory) {
     auto params = make_params();
     auto reference = make_params();

@@ -202,10 +202,10 @@ TEST_F(TrainerTest, Bf16WithEmaAccumulationAndCosineRuns) {
         EXPECT_EQ(t.scalar_type(), at::kFloat) << name;  // save.dtype
 }
 
-// perf.cuda_graphs on the CPU: no capture, but every micro-batch goes through the static buffers,
-// the gradient accumulators and autograd::grad instead of backward() — the path a CUDA graph
-// replays. It must train the same LoRA as the plain path, with micro-batches (accumulation 2)
-// and with gradient checkpointing.
+// perf.cuda_graphs on the CPU: no capture, but every micro-batch goes through the static buffers
+// and the gradient accumulators, and the update through the device-side clipping and the fused
+// kernel — what a CUDA graph replays. It must train the same LoRA as the plain path (within the
+// fused kernel's rounding), with micro-batches (accumulation 2) and with gradient checkpointing.
 TEST_F(TrainerTest, TheGraphedPathTrainsTheSameLora) {
     TrainOverrides o;
     o.progress_line = false;
@@ -221,7 +221,7 @@ TEST_F(TrainerTest, TheGraphedPathTrainsTheSameLora) {
         }
         const TrainSummary a = train_process(plain, 0, o);
         const TrainSummary b = train_process(graphed, 0, o);
-        EXPECT_LE(testing::max_lora_difference(a.final_lora, b.final_lora), 1e-6)
+        EXPECT_LE(testing::max_lora_difference(a.final_lora, b.final_lora), 1e-5)
             << "gradient_checkpointing " << checkpointing;
     }
 }

@@ -40,6 +40,17 @@ class AdamW {
     // Scales gradients so their global L2 norm is at most `max_norm`; returns the norm before.
     double clip_grad_norm(double max_norm);
 
+    // perf.cuda_graphs: the whole update — clipping and the fused AdamW kernel — as device work
+    // with no host read-back, so a CUDA graph can capture it. The learning rate and the step
+    // count are read from device tensors that prepare_device_step() writes before each run (or
+    // replay); clipping computes its factor on the device, min(1, max_norm / (norm + 1e-6)) as
+    // torch.nn.utils.clip_grad_norm_ does. count_device_step() counts the step once the update
+    // ran. Supported when every parameter has a gradient and the fused kernel's rules hold.
+    bool device_step_supported() const;
+    void prepare_device_step(double lr);
+    void device_step(double max_grad_norm);
+    void count_device_step() { ++step_; }
+
     int64_t steps_taken() const { return step_; }
     const std::vector<at::Tensor>& params() const { return params_; }
     // exp_avg and exp_avg_sq per parameter, for checkpoints.
@@ -66,6 +77,7 @@ class AdamW {
     // The fused kernel reads the step count from a tensor on the parameters' device (float32, as
     // torch.optim keeps it); derived from step_ before each fused step. Undefined unless fused.
     at::Tensor fused_step_;
+    at::Tensor device_lr_;  // the learning rate of device_step(), float32 on the device
 };
 
 }  // namespace loom

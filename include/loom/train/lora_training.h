@@ -23,6 +23,7 @@
 namespace loom {
 
 class Device;
+class StepGraphs;
 
 class LoRATraining {
   public:
@@ -40,6 +41,10 @@ class LoRATraining {
     // The update after a step's micro-batches: clip (max_norm > 0), AdamW at the schedule's
     // rate for 0-based step `step_index`, gradients back to undefined, the EMA follows.
     void step(std::int64_t step_index, double max_grad_norm);
+    // The same update under perf.cuda_graphs, as the key "update" of `graphs` (captured with
+    // the micro-batches; the gradients must be the accumulators the captures add into). Falls
+    // back to step() where the device update does not apply.
+    void step(std::int64_t step_index, double max_grad_norm, StepGraphs& graphs);
 
     // The LoRA file of `process` (save.format, save.dtype) holding the EMA weights when there is
     // an EMA, as ai-toolkit saves them. Atomic.
