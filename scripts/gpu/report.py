@@ -123,8 +123,9 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "dry_run": a.dry == "1",
         "machine": machine(),
-        "loom": run([a.loom, "--version"]).splitlines()[0] if a.loom and
-        os.path.exists(a.loom) else None,
+        # A binary that built but cannot start (a library missing on the host) prints nothing.
+        "loom": (run([a.loom, "--version"]).splitlines() or [None])[0]
+        if a.loom and os.path.exists(a.loom) else None,
         "parts": parts,
         "verdict": {name: verdict(part) for name, part in parts.items()},
     }
@@ -136,7 +137,7 @@ def main():
     lines = [
         f"GPU check {'(dry run, sim/cpu, toy sizes) ' if results['dry_run'] else ''}"
         f"of {results['date']}: {m['gpu'] or m['cpu']}, {m['cores']} cores; torch {m['torch']}"
-        f" (CUDA {m['torch_cuda']}); {results['loom'] or 'loom not built'}",
+        f" (CUDA {m['torch_cuda']}); {results['loom'] or 'loom: no version (not built, or it does not start)'}",
         "",
         "| part | verdict | seconds (limit) | figures |",
         "|---|---|---|---|",

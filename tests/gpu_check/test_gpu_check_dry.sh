@@ -43,6 +43,9 @@ assert step["steps_lost"] == 0 and step["ooms"] >= 1, step
 sample = r["parts"]["sample_oom"]["scenario"]["result"]
 assert all(k.startswith("sample.") for k in sample["knobs_changed"]), sample
 assert r["parts"]["dirty"]["scenario"]["result"]["exit_code"] == 5
+# metrics.jsonl carries the allocator's reserved peak (on sim: the allocated peak).
+for level in r["parts"]["low_vram"]["scenario"]["result"]["levels"]:
+    assert level["peak_reserved"] > 0 and level["peak_reserved"] >= level["peak_allocated"], level
 md = open(os.path.join(out, "results.md")).read()
 assert "| part | verdict | seconds (limit) | figures |" in md, md
 for p in parts:
