@@ -9,23 +9,34 @@ off, sampling off (sampling has its own rungs and is not a training-throughput q
 searched exhaustively: gradient checkpointing (off, on) x micro-batch (4, 2, 1, with gradient
 accumulation keeping 4 images per step) x low_vram level (0..3) = 24 plans.
 
-  1. Every plan runs STEPS steps with room to spare (a plan.yaml in its run folder sets it, the
-     probe off): its peak device memory over the whole run — loading, caching and every step,
-     weights included, what a budget must hold (the `stable` event's run-wide peak and the
-     per-step `peak_allocated`) — and its throughput (1 / the median wall time between step
-     ends after the first two).
-  2. The budgets: each distinct plan peak plus 1 % (the tightest budget each plan fits), so every
-     step of the grid changes which plans fit.
+  1. Every plan runs STEPS steps with room to spare, REPEATS times (a plan.yaml in its run
+     folder sets it, the probe off): its peak device memory over the whole run — loading,
+     caching and every step, weights included, what a budget must hold (the `stable` event's
+     run-wide peak and the per-step `peak_allocated`) — and its throughput (1 / the median wall
+     time between step ends after the first two), reported as the median and the spread
+     (lowest..highest) of the repeats.
+  2. The budgets: each distinct plan peak plus 1 % (the tightest budget each plan fits), the
+     midpoint between every pair of neighbouring distinct peaks, and 10 random budgets between
+     the lowest and the highest peak (seeded), so every step of the grid changes which plans fit.
   3. For each budget, loom trains the job fresh (the probe on, as by default) and ends on some
-     plan (its plan.yaml). Efficiency = that plan's throughput from step 1 / the best throughput
-     among the plans whose peak fits the budget. Steps lost = steps asked - steps trained.
+     plan (its plan.yaml). Efficiency = that plan's median throughput / the best plan's lowest
+     repeat among the plans whose peak fits the budget (a plan whose repeats overlap the best
+     one's is as good as the best: run-to-run spread is not the ladder's doing). Steps lost =
+     steps asked - steps trained; recovery latency = the time from the first training-step OOM
+     to the end of the next step, in the final plan's step times; the probe's start-up cost = the
+     time from its first OOM to the end of step 1, less one step (the ladder and the measured
+     choice answering before training starts).
 
-    bench/ladder_efficiency.py LOOM BASE_MODEL WORKDIR [STEPS=10]
+Two model sizes: the bundled base model ("tiny") and the benchmark UNet of bench/throughput.py
+("small", SD 1.x's shape at 64/128/256 channels) on the same VAE and text encoder.
+
+    bench/ladder_efficiency.py LOOM BASE_MODEL WORKDIR [STEPS=10] [REPEATS=3] [SIZES=tiny,small]
 """
 
 import itertools
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -98,67 +109,132 @@ def describe(key):
             f"{EFFECTIVE_BATCH // batch}, low_vram {level}")
 
 
+def iso_seconds(text):
+    import datetime
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def recovery_latency(events, metrics, phases=("train_step",)):
+    """From the first OOM in `phases` to the end of the next step, in the run's median step
+    times."""
+    ooms = [e for e in events if e["event"] == "oom" and e.get("phase") in phases]
+    if not ooms or len(metrics) < 4:
+        return None
+    t = iso_seconds(ooms[0]["time"])
+    after = [m["time"] for m in metrics if m["time"] >= t]
+    return (after[0] - t) * throughput(metrics) if after else None
+
+
+def startup_cost(events, metrics):
+    """The probe's OOMs are answered before step 1 (measured choice included): from the first
+    of them to the end of step 1, in step times, less the one step itself."""
+    latency = recovery_latency(events, metrics, ("probe",))
+    return None if latency is None else max(0.0, latency - 1.0)
+
+
+def measure_grid(loom, work, model, steps, repeats):
+    grid = {}
+    for gc, batch, level in itertools.product((False, True), (4, 2, 1), (0, 1, 2, 3)):
+        plan = PLAN.format(gc=str(gc).lower(), batch=batch, accum=EFFECTIVE_BATCH // batch,
+                           level=level)
+        key = (gc, batch, level)
+        peaks, rates = [], []
+        for r in range(repeats):
+            name = f"grid_gc{int(gc)}_b{batch}_l{level}_{r}"
+            metrics, events, _ = train(loom, work, name, model, steps, "4GiB", False, plan=plan)
+            peaks.append(max([m["peak_allocated"] for m in metrics] +
+                             [e["peak"] for e in events if e["event"] == "stable"]))
+            rates.append(throughput(metrics))
+        grid[key] = {"peak": max(peaks), "median": statistics.median(rates),
+                     "low": min(rates), "high": max(rates)}
+        g = grid[key]
+        print(f"plan {describe(key)}: peak {g['peak'] / 2**20:.2f} MiB, {g['median']:.2f} it/s "
+              f"({g['low']:.2f}..{g['high']:.2f})", flush=True)
+    return grid
+
+
+def budgets_of(grid, seed=7):
+    peaks = sorted({g["peak"] for g in grid.values()})
+    budgets = {int(p * 1.01) for p in peaks}
+    budgets |= {int((a + b) / 2) for a, b in zip(peaks, peaks[1:])}
+    rng = random.Random(seed)
+    budgets |= {rng.randint(peaks[0], int(peaks[-1] * 1.05)) for _ in range(10)}
+    return sorted(budgets)
+
+
+def run_size(loom, work, model, label, steps, repeats):
+    add_images(os.path.join(work, "data"), 8, 64)
+    grid = measure_grid(loom, work, model, steps, repeats)
+    budgets = budgets_of(grid)
+    print(f"\n{label}: {len(budgets)} budgets, {steps} steps, {repeats} repeats per plan; job: "
+          f"batch {EFFECTIVE_BATCH}, checkpointing off, low_vram 0")
+    print("| budget | loom ends on | OOMs | steps lost | step-OOM latency | probe start-up "
+          "| loom plan it/s (spread) | best fitting plan | its it/s (spread) | efficiency |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    efficiencies, lost_total, latencies, startups = [], 0, [], []
+    for budget in budgets:
+        fitting = {k: v for k, v in grid.items() if v["peak"] <= budget}
+        name = f"budget_{budget}"
+        metrics, events, final = train(loom, work, name, model, steps, f"{budget // 1024}KiB",
+                                       True, fresh=True, may_not_fit=True)
+        if metrics is None:
+            if fitting:
+                efficiencies.append(0.0)
+            print(f"| {budget / 2**20:.2f} MiB | does not fit ({final}) | - | all | - | - | - | "
+                  f"{'none fits' if not fitting else describe(max(fitting, key=lambda k: fitting[k]['median']))}"
+                  f" | - | {'-' if not fitting else '**0.00**'} |", flush=True)
+            continue
+        best = max(fitting, key=lambda k: fitting[k]["median"])
+        key = plan_key(final)
+        ooms = sum(1 for e in events if e["event"] == "oom")
+        trained = len({m["step"] for m in metrics})
+        lost_total += steps - trained
+        latency = recovery_latency(events, metrics)
+        if latency is not None:
+            latencies.append(latency)
+        startup = startup_cost(events, metrics)
+        if startup is not None:
+            startups.append(startup)
+        mine = grid.get(key)
+        ratio = min(1.0, mine["median"] / fitting[best]["low"]) if mine else float("nan")
+        if mine:
+            efficiencies.append(ratio)
+        print(f"| {budget / 2**20:.2f} MiB | {describe(key)} | {ooms} | {steps - trained} | "
+              f"{'-' if latency is None else f'{latency:.2f}'} | "
+              f"{'-' if startup is None else f'{startup:.1f}'} | "
+              f"{mine['median']:.2f} ({mine['low']:.2f}..{mine['high']:.2f}) | {describe(best)} | "
+              f"{fitting[best]['median']:.2f} ({fitting[best]['low']:.2f}.."
+              f"{fitting[best]['high']:.2f}) | **{ratio:.2f}** |", flush=True)
+    if efficiencies:
+        print(f"\n{label}: efficiency lowest {min(efficiencies):.2f}, median "
+              f"{statistics.median(efficiencies):.2f} over {len(efficiencies)} budgets; steps "
+              f"lost {lost_total}; recovery latency after a training-step OOM: "
+              + (f"at most {max(latencies):.2f} step-times" if latencies else
+                 "no budget had one (the probe answered every OOM before step 1)")
+              + (f"; the probe's start-up cost (its OOMs and measurements before step 1): "
+                 f"median {statistics.median(startups):.1f}, at most {max(startups):.1f} "
+                 f"step-times" if startups else ""))
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     loom, model, work = sys.argv[1:4]
     steps = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+    repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+    sizes = (sys.argv[6] if len(sys.argv) > 6 else "tiny,small").split(",")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     os.environ["LOOM_HOME"] = os.path.join(work, "home")  # no stable plans from elsewhere
-    add_images(os.path.join(work, "data"), 8, 64)
-
-    grid = {}
-    for gc, batch, level in itertools.product((False, True), (4, 2, 1), (0, 1, 2, 3)):
-        plan = PLAN.format(gc=str(gc).lower(), batch=batch, accum=EFFECTIVE_BATCH // batch,
-                           level=level)
-        name = f"grid_gc{int(gc)}_b{batch}_l{level}"
-        metrics, events, _ = train(loom, work, name, model, steps, "4GiB", False, plan=plan)
-        key = (gc, batch, level)
-        peak = max([m["peak_allocated"] for m in metrics] +
-                   [e["peak"] for e in events if e["event"] == "stable"])
-        grid[key] = (peak, throughput(metrics))
-        print(f"plan {describe(key)}: peak {grid[key][0] / 2**20:.2f} MiB, "
-              f"{grid[key][1]:.2f} it/s", flush=True)
-
-    budgets = []
-    for peak in sorted({p for p, _ in grid.values()}):
-        budget = int(peak * 1.01)
-        if not budgets or budget > budgets[-1] * 1.02:  # near-equal peaks: one budget
-            budgets.append(budget)
-
-    print(f"\n{len(budgets)} budgets, {steps} steps each, job: batch {EFFECTIVE_BATCH}, "
-          "checkpointing off, low_vram 0")
-    print("| budget | loom ends on | OOMs | steps lost | loom plan it/s | best fitting plan | "
-          "best it/s | efficiency |")
-    print("|---|---|---|---|---|---|---|---|")
-    efficiencies = []
-    for budget in budgets:
-        name = f"budget_{budget}"
-        metrics, events, final = train(loom, work, name, model, steps, f"{budget // 1024}KiB",
-                                       True, fresh=True, may_not_fit=True)
-        fitting = {k: v for k, v in grid.items() if v[0] <= budget}
-        best = max(fitting, key=lambda k: fitting[k][1])
-        if metrics is None:  # loom gave up where some plan fits: efficiency 0
-            efficiencies.append(0.0)
-            print(f"| {budget / 2**20:.2f} MiB | does not fit ({final}) | - | all | 0 | "
-                  f"{describe(best)} | {fitting[best][1]:.2f} | **0.00** |", flush=True)
-            continue
-        key = plan_key(final)
-        ooms = sum(1 for e in events if e["event"] == "oom")
-        trained = len({m["step"] for m in metrics})
-        if key in grid:
-            ratio = grid[key][1] / fitting[best][1]
-            efficiencies.append(ratio)
-            mine = f"{grid[key][1]:.2f}"
+    for label in sizes:
+        if label == "small":
+            from throughput import make_small_model
+            size_model = os.path.join(work, "small-model")
+            make_small_model(model, size_model)
         else:
-            ratio, mine = float("nan"), "outside the grid"
-        print(f"| {budget / 2**20:.2f} MiB | {describe(key)} | {ooms} | {steps - trained} | "
-              f"{mine} | {describe(best)} | {fitting[best][1]:.2f} | **{ratio:.2f}** |",
-              flush=True)
-    if efficiencies:
-        print(f"\nefficiency: lowest {min(efficiencies):.2f}, median "
-              f"{statistics.median(efficiencies):.2f} over {len(efficiencies)} budgets")
+            size_model = model
+        run_size(loom, os.path.join(work, label), size_model, label, steps, repeats)
 
 
 if __name__ == "__main__":

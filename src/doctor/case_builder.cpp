@@ -45,6 +45,9 @@ const std::string& CaseBuilder::advice(const char* rule) const {
 // The branch's rungs minus those the log shows are taken: checkpointing on, batch size 1.
 std::vector<Advice> CaseBuilder::ladder(guard::LadderBranch branch) const {
     return training_ladder(d_.tool, branch, [&](const guard::RungSpec& r) {
+        // A free rung depends on what the run caches, which a pasted log does not say; loom takes
+        // it by itself at run time, and the advice starts at the guide's first costly rung.
+        if (r.free) return true;
         if (r.rule == "train.gradient_checkpointing") {
             return st_.gradient_checkpointing && st_.gradient_checkpointing->value;
         }

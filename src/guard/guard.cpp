@@ -62,7 +62,11 @@ std::optional<std::uint64_t> requested_bytes(const std::string& message) {
 }
 
 Guard::Guard(Device& device, Plan plan, GuardOptions options, EventLog& events)
-    : device_(device), plan_(std::move(plan)), options_(std::move(options)), events_(events) {}
+    : device_(device),
+      plan_(std::move(plan)),
+      options_(std::move(options)),
+      events_(events),
+      job_plan_(plan_) {}
 
 void Guard::check_device_clean() {
     if (device_.spec().kind == DeviceKind::kCpu) return;  // RAM, not an accelerator
@@ -147,12 +151,19 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
                 to_line(OomDisabledLine{phase, step, event.message, describe(plan_)}));
         }
         history_.failed.emplace_back(work, plan_);
-        const Decision decision = decide(plan_, event, history_, options_.context);
+        Decision decision = decide(plan_, event, history_, options_.context);
+        const bool measured = options_.measure && target_ != nullptr && work == Work::kTrain &&
+                              kind != OomKind::kHost &&
+                              decision.action == Decision::Action::kRetry &&
+                              measured_rung(decision.rule);
+        const bool reversible = reversible_change(plan_, decision.plan);
+        if (measured && reversible) decision = measured_choice(decision, event);
         events_.decision(decision, event);
         switch (decision.action) {
             case Decision::Action::kRetry:
                 if (work == Work::kSave) ++history_.save_retries;
                 apply(decision);
+                if (measured && !reversible) measure_after(decision, event);
                 continue;
             case Decision::Action::kDoesNotFit: throw DoesNotFitError(decision.reason);
             case Decision::Action::kWorkerState: throw WorkerStateError(decision.reason);
@@ -164,7 +175,13 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
 
 void Guard::apply(const Decision& d) {
     if (d.plan != plan_) {
-        taken_.push_back({plan_, d.plan, d.rule, false});
+        // A change the new plan walks back (a measured choice can) is no longer taken.
+        taken_.erase(std::remove_if(taken_.begin(), taken_.end(),
+                                    [&](const Taken& t) {
+                                        return undo_change(d.plan, t.before, t.after) == d.plan;
+                                    }),
+                     taken_.end());
+        taken_.push_back({plan_, d.plan, d.rule, d.rule == kMeasuredRule});
         if (target_ != nullptr) target_->apply_plan(plan_, d.plan);
         plan_ = d.plan;
         if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);

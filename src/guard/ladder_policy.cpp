@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/core/byte_size.h"
+#include "loom/guard/plan_reuse.h"
 
 namespace loom::guard {
 
@@ -140,6 +141,18 @@ std::optional<Plan> disable_sampling(const Plan& plan, const OomEvent&, const Hi
     return p;
 }
 
+// The free rung: with every latent and text embedding cached the encoders only wait for the next
+// preview, so sending them to the host (low_vram level 1) costs nothing per step.
+std::optional<Plan> encoders_off_device(const Plan& plan, const OomEvent&, const History&,
+                                        const PolicyContext& context) {
+    if (!context.encoders_idle || plan.low_vram != 0 || context.low_vram_levels < 1) {
+        return std::nullopt;
+    }
+    Plan p = plan;
+    p.low_vram = 1;
+    return p;
+}
+
 std::optional<Plan> low_vram_next(const Plan& plan, const OomEvent&, const History&,
                                   const PolicyContext& context) {
     if (plan.low_vram >= context.low_vram_levels) return std::nullopt;
@@ -245,6 +258,19 @@ const char* const kNoSamplingFlags =
 // The ladder (DESIGN.md "Recovery specification"; the header's summary), branch by branch.
 std::vector<Row> build_rows() {
     using B = LadderBranch;
+    const Row encoders_off{
+        {"free.encoders_off_device",
+         B::kTrainImage,
+         {"model.low_vram"},
+         "latents are cached and captions repeat, so with the text embeddings cached too the "
+         "text encoder and the VAE sit idle on the device; on the host they cost no step time",
+         "cache latents and text embeddings (`datasets[].cache_latents`, "
+         "`cache_text_embeddings`) and keep the encoders off the device "
+         "(`model.low_vram: true`)",
+         "cache latents and text-encoder outputs (`--cache_latents`, "
+         "`--cache_text_encoder_outputs`) so the encoders can leave the GPU",
+         /*free=*/true},
+        encoders_off_device};
     const Row sometimes{{"train.sometimes_largest_bucket",
                          B::kTrainImage,
                          {"datasets.max_bucket_pixels"},
@@ -348,6 +374,7 @@ std::vector<Row> build_rows() {
           kLowVramAdvice,
           kLowVramFlags},
          low_vram_next},
+        encoders_off,
         sometimes,
         checkpointing,
         batch,
@@ -356,6 +383,7 @@ std::vector<Row> build_rows() {
         low_vram,
         // Frames are a video model's largest lever: halved once first (the guide's order), then,
         // after batch, checkpointing and buckets, again down to a single frame.
+        in(B::kTrainVideo, encoders_off),
         in(B::kTrainVideo, sometimes),
         {frames, fewer_frames_first},
         in(B::kTrainVideo, batch),
@@ -406,11 +434,6 @@ std::vector<Row> build_rows() {
 const std::vector<Row>& rows() {
     static const std::vector<Row> kRows = build_rows();
     return kRows;
-}
-
-bool already_failed(const History& history, Work work, const Plan& plan) {
-    return std::any_of(history.failed.begin(), history.failed.end(),
-                       [&](const auto& f) { return f.first == work && f.second == plan; });
 }
 
 std::string memory_figures(const OomEvent& e) {
@@ -540,6 +563,83 @@ Decision decide(const Plan& plan, const OomEvent& event, const History& history,
         return *d;
     }
     return give_up(plan, event, history, context);
+}
+
+bool already_failed(const History& history, Work work, const Plan& plan) {
+    return std::any_of(history.failed.begin(), history.failed.end(),
+                       [&](const auto& f) { return f.first == work && f.second == plan; });
+}
+
+bool measured_rung(std::string_view rule) {
+    const RungSpec* spec = find_rung(rule);
+    if (spec == nullptr || spec->free ||
+        (spec->branch != LadderBranch::kTrainImage && spec->branch != LadderBranch::kTrainVideo)) {
+        return false;
+    }
+    return std::none_of(spec->knobs.begin(), spec->knobs.end(),
+                        [](const std::string& k) { return k.rfind("sample.", 0) == 0; });
+}
+
+bool reversible_change(const Plan& from, const Plan& to) {
+    Plan p = from;
+    p.gradient_checkpointing = to.gradient_checkpointing;
+    p.batch_size = to.batch_size;
+    p.gradient_accumulation = to.gradient_accumulation;
+    p.low_vram = to.low_vram;
+    return p == to;
+}
+
+std::vector<Plan> measured_candidates(const Plan& base, const Plan& job, const History& history,
+                                      const PolicyContext& context) {
+    std::vector<bool> checkpointing{job.gradient_checkpointing};
+    if (!job.gradient_checkpointing) checkpointing.push_back(true);
+    // Micro-batches from the job's (or the plan's, if larger) down to 1, each dividing the
+    // effective batch so that accumulation keeps it.
+    std::vector<int> batches;
+    const int effective = base.effective_batch();
+    for (int b = std::max(job.batch_size, base.batch_size); b >= 1; --b) {
+        if (effective % b == 0) batches.push_back(b);
+    }
+    // Every level from the plan's up: a measurement can leave any of them (train/low_vram.h).
+    std::vector<int> levels;
+    for (int level = base.low_vram; level <= std::max(base.low_vram, context.low_vram_levels);
+         ++level) {
+        levels.push_back(level);
+    }
+    std::vector<Plan> out;
+    for (const int level : levels) {
+        for (const bool gc : checkpointing) {
+            for (const int batch : batches) {
+                Plan p = base;
+                p.gradient_checkpointing = gc;
+                p.batch_size = batch;
+                p.gradient_accumulation = effective / batch;
+                p.low_vram = level;
+                // A plan that needs at least what a failed one needed, knob by knob, fails too.
+                const bool doomed =
+                    std::any_of(history.failed.begin(), history.failed.end(), [&](const auto& f) {
+                        return f.first == Work::kTrain && no_heavier(f.second, p);
+                    });
+                if (!doomed) out.push_back(p);
+            }
+        }
+    }
+    return out;
+}
+
+Decision measured_decision(const Plan& from, const Plan& chosen, const OomEvent& event,
+                           const History& history, const PolicyContext& context,
+                           const std::string& measured) {
+    const LadderBranch branch = ladder_branch(event, context);
+    for (const Row& row : rows()) {
+        if (row.spec.branch != branch || row.candidate == nullptr) continue;
+        const std::optional<Plan> next = row.candidate(from, event, history, context);
+        if (next && *next == chosen) {
+            return retry_with(from, chosen, row.spec.rule, row.spec.reason + " (" + measured + ")");
+        }
+    }
+    return retry_with(from, chosen, kMeasuredRule,
+                      "the fastest plan that fits among those measured (" + measured + ")");
 }
 
 const char* to_string(LadderBranch branch) {

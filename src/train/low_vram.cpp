@@ -82,9 +82,11 @@ void LowVramMode::base_to_bf16(bool unet_on_device) {
             at::Tensor half;
             {
                 HostAllocations host;
-                half = (on_device ? device_.to_host(p.data()) : p.data()).to(at::kBFloat16);
+                at::Tensor full = on_device ? device_.to_host(p.data()) : p.data();
+                half = full.to(at::kBFloat16);
+                if (keep_originals_) originals_.push_back({p, full, on_device});
             }
-            p.set_data(half);  // the float32 copy is released here
+            p.set_data(half);  // the float32 copy is released here (kept on the host above)
             if (on_device) p.set_data(device_.to_device(half));
             ++converted;
         }
@@ -118,6 +120,7 @@ void LowVramMode::stream_blocks() {
         source = std::make_shared<DeviceFetch>(device_);
     }
     for (const Streamed& l : layers) {
+        streamed_layers_.push_back(l.module);
         if (auto* linear = dynamic_cast<LinearImpl*>(l.module)) linear->set_weight_source(source);
         if (auto* conv = dynamic_cast<Conv2dImpl*>(l.module)) conv->set_weight_source(source);
         l.weight->set_data(device_.to_host(l.weight->data()));
@@ -131,6 +134,38 @@ void LowVramMode::stream_blocks() {
                prefetch_
                    ? format(" ({} layers copied ahead of use)", PrefetchingWeightSource::kDepth)
                    : std::string());
+}
+
+// All or nothing: every device copy is made before any layer changes, so running out of memory
+// here (the measured choice tries it on a tight device) leaves level 3 exactly as it was.
+void LowVramMode::unstream_blocks() {
+    torch::NoGradGuard no_grad;
+    if (prefetch_) prefetch_->drop();
+    std::vector<std::pair<at::Tensor*, at::Tensor>> copies;
+    for (torch::nn::Module* m : streamed_layers_) {
+        at::Tensor* weight = nullptr;
+        at::Tensor* bias = nullptr;
+        if (auto* linear = dynamic_cast<LinearImpl*>(m)) {
+            weight = &linear->weight;
+            bias = &linear->bias;
+        } else if (auto* conv = dynamic_cast<Conv2dImpl*>(m)) {
+            weight = &conv->weight;
+            bias = &conv->bias;
+        }
+        if (weight == nullptr) continue;
+        copies.emplace_back(weight, device_.to_device(weight->data()));
+        if (bias->defined()) copies.emplace_back(bias, device_.to_device(bias->data()));
+    }
+    for (auto& [tensor, copy] : copies) tensor->set_data(copy);
+    for (torch::nn::Module* m : streamed_layers_) {
+        if (auto* linear = dynamic_cast<LinearImpl*>(m)) linear->set_weight_source(nullptr);
+        if (auto* conv = dynamic_cast<Conv2dImpl*>(m)) conv->set_weight_source(nullptr);
+    }
+    log().info("{} UNet block layers hold their weights on the device again",
+               streamed_layers_.size());
+    streamed_layers_.clear();
+    streamed_.clear();
+    prefetch_.reset();
 }
 
 void LowVramMode::drop_prefetched() {
@@ -159,10 +194,33 @@ void LowVramMode::place_model(int level) {
     level_ = level;
 }
 
-void LowVramMode::raise_to(int level) {
+void LowVramMode::keep_originals(bool keep) {
+    keep_originals_ = keep;
+    if (!keep) originals_.clear();
+}
+
+void LowVramMode::restore_originals() {
+    torch::NoGradGuard no_grad;
+    for (Original& o : originals_) {
+        // One tensor at a time: the float32 copy arrives, then the bf16 one is released.
+        o.param.set_data(o.on_device ? device_.to_device(o.full) : o.full);
+    }
+    log().info("frozen base weights back in float32 ({} tensors)", originals_.size());
+    originals_.clear();
+}
+
+void LowVramMode::set_level(int level) {
     if (level < level_) {
-        throw Error("low_vram cannot go down during a run (from " + std::to_string(level_) +
-                    " to " + std::to_string(level) + ")");
+        if (level_ >= 2 && level < 2 && originals_.empty()) {
+            throw Error("low_vram cannot go below 2 during a run (from " + std::to_string(level_) +
+                        " to " + std::to_string(level) +
+                        "): the float32 base weights were not kept");
+        }
+        if (level_ == 3) unstream_blocks();
+        if (level_ >= 2 && level < 2) restore_originals();
+        if (level_ >= 1 && level < 1 && encoder_scopes_ == 0) encoders_to(true);
+        level_ = level;
+        return;
     }
     if (level_ < 1 && level >= 1 && encoder_scopes_ == 0) encoders_to(false);
     if (level_ < 2 && level >= 2) base_to_bf16(true);  // the UNet is on the device by now
@@ -170,9 +228,21 @@ void LowVramMode::raise_to(int level) {
     level_ = level;
 }
 
+// Running out of memory while the encoders move in (the cache phase on a tight device) must
+// leave them on the host and the scope count as it was: otherwise they stay on the device for
+// the rest of the run, no later scope moves them back, and every measurement after sees less room.
 LowVramMode::EncodersOnDevice::EncodersOnDevice(LowVramMode& mode)
     : mode_(mode), active_(mode.level_ >= 1) {
-    if (active_ && mode_.encoder_scopes_++ == 0) mode_.encoders_to(true);
+    if (!active_) return;
+    if (mode_.encoder_scopes_ == 0) {
+        try {
+            mode_.encoders_to(true);
+        } catch (...) {
+            mode_.encoders_to(false);
+            throw;
+        }
+    }
+    ++mode_.encoder_scopes_;
 }
 
 LowVramMode::EncodersOnDevice::~EncodersOnDevice() {

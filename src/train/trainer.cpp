@@ -9,6 +9,7 @@
 #include "loom/core/logging.h"
 #include "loom/core/version.h"
 #include "loom/device/device.h"
+#include "loom/device/oom_classify.h"
 #include "loom/device/step_graphs.h"
 #include "loom/guard/event_log.h"
 #include "loom/guard/guard.h"
@@ -63,6 +64,8 @@ class Trainer final : public guard::GuardedTarget {
     void release_after_oom() override;
     void apply_plan(const guard::Plan& from, const guard::Plan& to) override;
     guard::BucketFacts bucket_facts() const override;
+    std::optional<guard::Measurement> measure(const guard::Plan& current,
+                                              const guard::Plan& candidate) override;
 
   private:
     void start_guard();
@@ -114,6 +117,7 @@ guard::PolicyContext Trainer::policy_context() const {
     c.prompt_count = requests.size();
     c.guidance = std::any_of(requests.begin(), requests.end(),
                              [](const PreviewRequest& r) { return r.guidance_scale > 1.0; });
+    c.encoders_idle = TrainingData::encoders_can_idle(process_);
     return c;
 }
 
@@ -132,6 +136,7 @@ void Trainer::start_guard() {
     options.stable_file = run_.stable_yaml();
     options.stable_after = process_.oom.stable_after;
     options.scale_up = process_.oom.scale_up;
+    options.measure = process_.oom.probe;
     options.store = key_ ? overrides_.plan_store : nullptr;
     StartingPlan start =
         starting_plan(process_, run_, overrides_.fresh, options.store, key_, *events_);
@@ -150,7 +155,7 @@ void Trainer::release_after_oom() {
 }
 
 // Each knob reaches its owner: the UNet its checkpointing, the data its buckets and caches,
-// low_vram its level; the host threads and sampling are the trainer's own.
+// low_vram its level (3 and 2 both ways); the host threads and sampling are the trainer's own.
 void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
     // Captured micro-batches are of the old plan's shapes and kernels.
     if (step_runner_) step_runner_->release_graphs();
@@ -158,7 +163,7 @@ void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
         model_.unet->set_gradient_checkpointing(to.gradient_checkpointing);
     }
     if (data_) data_->apply_plan(from, to);
-    if (from.low_vram != to.low_vram && low_vram_) low_vram_->raise_to(to.low_vram);
+    if (from.low_vram != to.low_vram && low_vram_) low_vram_->set_level(to.low_vram);
     if (from.host.threads != to.host.threads && to.host.threads > 0) {
         at::set_num_threads(to.host.threads);
     }
@@ -168,6 +173,37 @@ void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
             "did not fit next to training (re-enable it with a smaller sample size once "
             "the run is stable)");
     }
+}
+
+// The guard's measured choice: the candidate applied to the live trainer, its training pass
+// timed, everything it held released, the current plan back in place. Applying can itself run
+// out of memory (block streaming's weights back on the device): that candidate does not fit.
+// Going back is safe after a partial apply: every knob's owner moves only when it differs.
+std::optional<guard::Measurement> Trainer::measure(const guard::Plan& current,
+                                                   const guard::Plan& candidate) {
+    if (!probe_ || !step_runner_) return std::nullopt;
+    // A candidate with bf16 base weights from a float32 plan: the float32 weights wait on the
+    // host so that the live plan comes back exactly.
+    const bool bf16_trial = candidate.low_vram >= 2 && current.low_vram < 2;
+    if (bf16_trial) low_vram_->keep_originals(true);
+    std::optional<guard::Measurement> m;
+    std::exception_ptr failure;
+    try {
+        apply_plan(current, candidate);
+        m = probe_->measure(candidate);
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    const std::uint64_t peak = device_->stats().peak_allocated;
+    release_after_oom();
+    device_->empty_cache();
+    apply_plan(candidate, current);
+    if (bf16_trial) low_vram_->keep_originals(false);
+    if (failure) {
+        if (classify(failure) == OomKind::kNotOom) std::rethrow_exception(failure);
+        m = guard::Measurement{false, peak, 0.0};
+    }
+    return m;
 }
 
 guard::BucketFacts Trainer::bucket_facts() const {

@@ -67,9 +67,21 @@ TrainingData::TrainingData(const config::ProcessConfig& process, int divisibilit
     build_caches(plan);
 }
 
+// The latent cache covers every dataset once any asks for it (the constructor above); shuffled
+// captions make a new text every step, so their encoder never idles.
+bool TrainingData::encoders_can_idle(const config::ProcessConfig& process) {
+    bool latents = false;
+    for (const auto& dc : process.datasets) {
+        latents = latents || dc.cache_latents || dc.cache_latents_to_disk;
+        if (dc.shuffle_tokens) return false;
+    }
+    return latents;
+}
+
 // The latent and text-embedding caches as the job and the plan ask: in RAM, or — once host RAM
 // ran out (host.memory_caches: false) — on disk only, next to the images and in the run folder.
 // With low_vram the text encoder lives on the host, so text embeddings are always cached.
+
 void TrainingData::build_caches(const guard::Plan& p) {
     const bool in_ram = p.host.memory_caches;
     latent_cache_ = std::make_unique<data::LatentCache>(cache_identity_, cache_latents_ && in_ram,

@@ -15,11 +15,12 @@
 namespace loom::doctor {
 namespace {
 
-// The branch's advice as the doctor gives it: without the "sometimes" rung, each text once.
+// The branch's advice as the doctor gives it: without the "sometimes" rung and the free rungs
+// (loom's own run-time moves, which depend on what a run caches), each text once.
 std::vector<std::string> table_advice(guard::LadderBranch branch, bool flags) {
     std::vector<std::string> out;
     for (const guard::RungSpec* r : guard::rungs_of(branch)) {
-        if (r->rule == "train.sometimes_largest_bucket") continue;
+        if (r->rule == "train.sometimes_largest_bucket" || r->free) continue;
         const std::string& text = flags ? r->flag_advice : r->advice;
         if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(text);
     }

@@ -212,11 +212,14 @@ class OomScenarios : public ::testing::Test {
     static std::string mib(std::uint64_t bytes) { return std::to_string(bytes / 1024) + "KiB"; }
 
     // A budget between batch 4 and batch 1 (both with checkpointing) of `s`: batch 4 without
-    // checkpointing does not fit, checkpointing alone does not either, batch 1 does.
+    // checkpointing does not fit, checkpointing alone does not either, batch 1 does. Measured
+    // with the encoders off the device: the free rung (free.encoders_off_device, issue 22) comes
+    // first and must not be enough.
     static std::string budget_needing_batch_one(const JobSpec& s) {
         JobSpec gc = s;
         gc.name = s.name + "_gc";
         gc.checkpointing = true;
+        gc.preset_low_vram = 1;
         JobSpec one = gc;
         one.name = s.name + "_one";
         one.batch = 1;
@@ -260,8 +263,9 @@ TEST_F(OomScenarios, A_FirstSampleOomShrinksOnlySampling) {
     EXPECT_EQ(metric_lines(run_folder("a")), 3u);
 }
 
-// B. OOM at step 1 with checkpointing off and batch 4: checkpointing on, then batch 1 with
-// accumulation 4; the effective batch stays 4 and step 1 is trained, not skipped.
+// B. OOM at step 1 with checkpointing off and batch 4: the idle encoders leave the device (the
+// free rung, issue 22: latents are cached), then checkpointing on, then batch 1 with accumulation
+// 4; the effective batch stays 4 and step 1 is trained, not skipped.
 TEST_F(OomScenarios, B_StepOneOomTurnsOnCheckpointingThenBatchOne) {
     JobSpec s;
     s.name = "b";
@@ -272,16 +276,18 @@ TEST_F(OomScenarios, B_StepOneOomTurnsOnCheckpointingThenBatchOne) {
     EXPECT_EQ(r.losses.size(), 6u);
     const auto events = read_events(run_folder("b"));
     const auto ooms = events_named(events, "oom");
-    ASSERT_EQ(ooms.size(), 2u);
+    ASSERT_EQ(ooms.size(), 3u);
     for (const json& e : ooms) {
         EXPECT_EQ(e.at("phase"), "train_step");
         EXPECT_EQ(e.at("step"), 1);
         EXPECT_EQ(e.at("kind"), "device");
         EXPECT_GT(e.at("bytes_requested").get<std::uint64_t>(), 0u);
     }
-    EXPECT_EQ(change_rules(events), (std::vector<std::string>{"train.gradient_checkpointing",
-                                                              "train.batch_1_accumulate"}));
+    EXPECT_EQ(change_rules(events),
+              (std::vector<std::string>{"free.encoders_off_device", "train.gradient_checkpointing",
+                                        "train.batch_1_accumulate"}));
     const guard::Plan p = guard::load_plan(run_folder("b") / "plan.yaml");
+    EXPECT_EQ(p.low_vram, 1);
     EXPECT_TRUE(p.gradient_checkpointing);
     EXPECT_EQ(p.batch_size, 1);
     EXPECT_EQ(p.gradient_accumulation, 4);
@@ -333,7 +339,8 @@ TEST_F(OomScenarios, C_PeriodicSamplingShrinksThenIsDisabled) {
 
 // D. One rare large bucket. With the probe, the top bucket goes before step 1; without it, the
 // first large-bucket batch runs out of memory, the bucket is dropped, its item trains one size
-// down, and no step is lost.
+// down, and no step is lost. The idle encoders leave the device first (the free rung, issue 22);
+// that alone does not make the large bucket fit.
 TEST_F(OomScenarios, D_RareLargeBucketIsDroppedWithoutLosingAStep) {
     JobSpec s;
     s.name = "d";
@@ -344,19 +351,28 @@ TEST_F(OomScenarios, D_RareLargeBucketIsDroppedWithoutLosingAStep) {
     JobSpec small = s;
     small.name = "d_small";
     small.data = "small_only";
+    JobSpec large_on_host = s;
+    large_on_host.name = "d_host";
+    large_on_host.preset_low_vram = 1;
     const std::uint64_t large_peak = measured_peak(s, "train");
     const std::uint64_t small_peak = measured_peak(small, "train");
     ASSERT_GT(large_peak, small_peak + kMiB);
-    s.vram = mib((large_peak + small_peak) / 2);
+    const std::uint64_t budget = (large_peak + small_peak) / 2;
+    ASSERT_GT(measured_peak(large_on_host, "train"), budget)
+        << "the scenario needs the large bucket not to fit with the encoders on the host either";
+    s.vram = mib(budget);
 
     const TrainSummary with_probe = train(s);
     EXPECT_EQ(with_probe.end_step, 10);
     auto events = read_events(run_folder("d"));
     auto ooms = events_named(events, "oom");
-    ASSERT_EQ(ooms.size(), 1u);
-    EXPECT_EQ(ooms[0].at("phase"), "probe");
-    EXPECT_EQ(ooms[0].at("bucket"), "64x64");
-    EXPECT_EQ(change_rules(events), (std::vector<std::string>{"train.drop_largest_bucket"}));
+    ASSERT_EQ(ooms.size(), 2u);
+    for (const json& e : ooms) {
+        EXPECT_EQ(e.at("phase"), "probe");
+        EXPECT_EQ(e.at("bucket"), "64x64");
+    }
+    EXPECT_EQ(change_rules(events),
+              (std::vector<std::string>{"free.encoders_off_device", "train.drop_largest_bucket"}));
     EXPECT_EQ(guard::load_plan(run_folder("d") / "plan.yaml").max_bucket_pixels, 32 * 32);
     EXPECT_EQ(metric_lines(run_folder("d")), 10u);
 
@@ -367,17 +383,20 @@ TEST_F(OomScenarios, D_RareLargeBucketIsDroppedWithoutLosingAStep) {
     EXPECT_EQ(without.losses.size(), 10u);
     events = read_events(run_folder("d_no_probe"));
     ooms = events_named(events, "oom");
-    ASSERT_EQ(ooms.size(), 1u);
-    EXPECT_EQ(ooms[0].at("phase"), "train_step");
-    EXPECT_EQ(ooms[0].at("bucket"), "64x64");
+    ASSERT_EQ(ooms.size(), 2u);
+    for (const json& e : ooms) {
+        EXPECT_EQ(e.at("phase"), "train_step");
+        EXPECT_EQ(e.at("bucket"), "64x64");
+    }
     const auto rules = change_rules(events);
-    ASSERT_EQ(rules.size(), 1u);
+    ASSERT_EQ(rules.size(), 2u);
+    EXPECT_EQ(rules[0], "free.encoders_off_device");
     // After smaller buckets trained it is the "sometimes" rule; at step 1 the plain order gets
     // there too (checkpointing is on and the batch is 1 already).
-    if (ooms[0].at("step").get<int>() > 1) {
-        EXPECT_EQ(rules[0], "train.sometimes_largest_bucket");
+    if (ooms[1].at("step").get<int>() > 1) {
+        EXPECT_EQ(rules[1], "train.sometimes_largest_bucket");
     } else {
-        EXPECT_EQ(rules[0], "train.drop_largest_bucket");
+        EXPECT_EQ(rules[1], "train.drop_largest_bucket");
     }
     // Every step is in metrics.jsonl, and the large image trained at 32x32 in the failed step.
     std::ifstream metrics(run_folder("d_no_probe") / "metrics.jsonl");
@@ -443,13 +462,14 @@ TEST_F(OomScenarios, G_RecoveredRunEqualsACleanRunOnTheFinalPlan) {
     s.name = "g";
     s.steps = 6;
     s.probe = false;
-    fault_injector().configure(parse_faults("oom:phase=train_step:step=3:times=2"));
+    // Three OOMs: the free rung (issue 22) takes the first, then checkpointing and batch 1.
+    fault_injector().configure(parse_faults("oom:phase=train_step:step=3:times=3"));
     const TrainSummary faulty = train(s);
     fault_injector().clear();
-    EXPECT_EQ(faulty.ooms, 2);
-    EXPECT_EQ(
-        change_rules(read_events(run_folder("g"))),
-        (std::vector<std::string>{"train.gradient_checkpointing", "train.batch_1_accumulate"}));
+    EXPECT_EQ(faulty.ooms, 3);
+    EXPECT_EQ(change_rules(read_events(run_folder("g"))),
+              (std::vector<std::string>{"free.encoders_off_device", "train.gradient_checkpointing",
+                                        "train.batch_1_accumulate"}));
     const guard::Plan final_plan = guard::load_plan(run_folder("g") / "plan.yaml");
 
     s.name = "g_clean";
@@ -476,14 +496,15 @@ TEST_F(OomScenarios, H_RerunStartsFromTheDowngradedPlan) {
     s.probe = false;
     s.steps = 6;
     s.save_every = 2;
-    fault_injector().configure(parse_faults("oom:phase=train_step:step=1:times=1"));
+    // Two OOMs: the free rung (issue 22) takes the first, checkpointing the second.
+    fault_injector().configure(parse_faults("oom:phase=train_step:step=1:times=2"));
     TrainOverrides o;
     o.progress_line = false;
     o.fresh = true;
     o.stop_after_steps = 3;  // as if killed after step 3 (checkpoint at step 2)
     const TrainSummary first = train_process(job(s), 0, o);
     fault_injector().clear();
-    EXPECT_EQ(first.ooms, 1);
+    EXPECT_EQ(first.ooms, 2);
     EXPECT_EQ(first.end_step, 3);
     const std::size_t events_before = read_events(run_folder("h")).size();
 
@@ -498,6 +519,7 @@ TEST_F(OomScenarios, H_RerunStartsFromTheDowngradedPlan) {
     ASSERT_FALSE(rerun.empty());
     EXPECT_NE(rerun.front().at("plan").get<std::string>().find("gradient_checkpointing true"),
               std::string::npos);
+    EXPECT_NE(rerun.front().at("plan").get<std::string>().find("low_vram 1"), std::string::npos);
     std::ifstream log(run_folder("h") / "loom.log");
     const std::string text((std::istreambuf_iterator<char>(log)), {});
     EXPECT_NE(text.find("starting from the persisted plan"), std::string::npos);
@@ -554,7 +576,8 @@ TEST_F(OomScenarios, LowVramLevelThreeLoadsInTheBudgetItTrainsIn) {
 }
 
 // Scale-up: a run downgraded by a one-off fault returns to its original plan once stable, one
-// change at a time, each checked by a probe first.
+// change at a time, each checked by a probe first. The free rung (issue 22) stays: it costs no
+// step time, and low_vram does not go down within a run.
 TEST_F(OomScenarios, ScaleUpReturnsToTheOriginalPlanAfterAOneOffFault) {
     JobSpec s;
     s.name = "scale_up";
@@ -562,12 +585,13 @@ TEST_F(OomScenarios, ScaleUpReturnsToTheOriginalPlanAfterAOneOffFault) {
     s.steps = 10;
     s.scale_up = true;
     s.stable_after = 3;
-    fault_injector().configure(parse_faults("oom:phase=train_step:step=2:times=2"));
+    fault_injector().configure(parse_faults("oom:phase=train_step:step=2:times=3"));
     const TrainSummary r = train(s);
     EXPECT_EQ(r.end_step, 10);
     const auto events = read_events(run_folder("scale_up"));
-    EXPECT_EQ(change_rules(events), (std::vector<std::string>{"train.gradient_checkpointing",
-                                                              "train.batch_1_accumulate"}));
+    EXPECT_EQ(change_rules(events),
+              (std::vector<std::string>{"free.encoders_off_device", "train.gradient_checkpointing",
+                                        "train.batch_1_accumulate"}));
     const auto ups = events_named(events, "scale_up");
     ASSERT_EQ(ups.size(), 2u);
     // Reverse order: the batch first, then checkpointing, each after 3 stable steps.
@@ -578,7 +602,9 @@ TEST_F(OomScenarios, ScaleUpReturnsToTheOriginalPlanAfterAOneOffFault) {
     EXPECT_EQ(ups[1].at("result"), "kept");
     EXPECT_EQ(ups[1].at("step"), 7);
     const guard::Plan p = guard::load_plan(run_folder("scale_up") / "plan.yaml");
-    EXPECT_EQ(p, guard::plan_from_job(job(s).config.process.at(0)));
+    guard::Plan original = guard::plan_from_job(job(s).config.process.at(0));
+    original.low_vram = 1;
+    EXPECT_EQ(p, original);
     EXPECT_EQ(metric_lines(run_folder("scale_up")), 10u);
 }
 
@@ -603,7 +629,8 @@ TEST_F(OomScenarios, ScaleUpPinsAChangeWhoseProbeDoesNotFit) {
     const guard::Plan p = guard::load_plan(run_folder("scale_pin") / "plan.yaml");
     EXPECT_TRUE(p.gradient_checkpointing);
     EXPECT_EQ(p.batch_size, 1);
-    EXPECT_EQ(events_named(events, "oom").size(), 2u);  // the probes' OOMs are not ladder events
+    // The free rung, checkpointing, batch 1; the probes' OOMs are not ladder events.
+    EXPECT_EQ(events_named(events, "oom").size(), 3u);
     EXPECT_EQ(metric_lines(run_folder("scale_pin")), 8u);
 }
 
@@ -640,7 +667,7 @@ TEST_F(OomScenarios, SecondRunStartsFromTheStoresStablePlanWithoutAnOom) {
     s.vram = budget_needing_batch_one(s);
     MemoryPlanStore store;
     const TrainSummary first = train(s, true, &store);
-    EXPECT_EQ(first.ooms, 2);
+    EXPECT_EQ(first.ooms, 3);  // the free rung, checkpointing, batch 1
     ASSERT_EQ(store.runs.size(), 1u);
     const MemoryPlanStore::Run recorded = store.runs[0];  // a copy: the next run adds to runs
     EXPECT_EQ(recorded.facts.name, "store_first");
@@ -650,7 +677,7 @@ TEST_F(OomScenarios, SecondRunStartsFromTheStoresStablePlanWithoutAnOom) {
     EXPECT_EQ(recorded.facts.key.max_resolution, 64);
     EXPECT_EQ(recorded.facts.key.model_fingerprint.size(), 64u);
     EXPECT_NE(recorded.facts.job_yaml.find("store_first"), std::string::npos);
-    ASSERT_EQ(recorded.ooms.size(), 2u);
+    ASSERT_EQ(recorded.ooms.size(), 3u);
     EXPECT_FALSE(recorded.ooms[0].injected);  // the budget, not a fault rule
     EXPECT_EQ(recorded.ooms[0].phase, "train_step");
     EXPECT_EQ(recorded.ooms[0].plan, recorded.facts.plan);  // the job's plan failed first
@@ -658,6 +685,7 @@ TEST_F(OomScenarios, SecondRunStartsFromTheStoresStablePlanWithoutAnOom) {
     const guard::Plan stable = recorded.stables[0].plan;
     EXPECT_TRUE(stable.gradient_checkpointing);
     EXPECT_EQ(stable.batch_size, 1);
+    EXPECT_EQ(stable.low_vram, 1);
     EXPECT_GT(recorded.stables[0].steps_per_second, 0.0);
     ASSERT_TRUE(recorded.end);
     EXPECT_EQ(recorded.end->status, "completed");
@@ -680,7 +708,7 @@ TEST_F(OomScenarios, SecondRunStartsFromTheStoresStablePlanWithoutAnOom) {
 
     s.name = "store_off";
     s.reuse_stable = "off";
-    EXPECT_EQ(train(s, true, &store).ooms, 2);
+    EXPECT_EQ(train(s, true, &store).ooms, 3);
 }
 
 // An OOM a fault rule raised is recorded as injected: it says nothing about what fits, so the

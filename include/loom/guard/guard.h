@@ -30,6 +30,14 @@
 
 namespace loom::guard {
 
+// One candidate plan measured by the target: one forward and backward of the worst-case
+// micro-batch under it (no optimizer update, the RNG restored, the live plan restored after).
+struct Measurement {
+    bool fits = false;          // no OOM
+    std::uint64_t peak = 0;     // the device's peak during it
+    double step_seconds = 0.0;  // the micro-batch's time x the micro-batches of a step
+};
+
 // What the engine needs from the trainer it protects.
 class GuardedTarget {
   public:
@@ -40,6 +48,13 @@ class GuardedTarget {
     virtual void apply_plan(const Plan& from, const Plan& to) = 0;
     // The active buckets under the current plan (before any bucket exists: the defaults).
     virtual BucketFacts bucket_facts() const = 0;
+    // Measures `candidate` (see Measurement) while the live plan is `current`; nullopt when the
+    // target cannot (nothing to probe yet). Errors that are not OOM propagate.
+    virtual std::optional<Measurement> measure(const Plan& current, const Plan& candidate) {
+        (void)current;
+        (void)candidate;
+        return std::nullopt;
+    }
 };
 
 struct GuardOptions {
@@ -50,6 +65,11 @@ struct GuardOptions {
     int stable_after = 50;              // steps on one plan before it is recorded as stable
     bool scale_up = false;              // oom.scale_up: undo changes once stable
     double scale_up_headroom = 0.10;    // a scale-up probe must leave this share of memory free
+    // oom.probe: after a training-step OOM, measure the plans around the documented one that
+    // differ only in how a step is computed (measured_candidates) and take the fastest that fits
+    // with measure_headroom to spare.
+    bool measure = false;
+    double measure_headroom = 0.05;
     // The stable-config store: told of each OOM and each stable plan (nullptr: none).
     PlanStore* store = nullptr;
 };
@@ -99,6 +119,21 @@ class Guard {
     OomEvent make_event(Phase phase, Work work, std::optional<std::int64_t> step, OomKind kind,
                         const std::exception_ptr& failure) const;
     void apply(const Decision& decision);
+    // With the probe on, a training-step rung is answered by measurement (ladder_policy.h,
+    // measured_candidates): a reversible documented rung is measured with its alternatives
+    // around the failing plan and the fastest that fits replaces it (measured_choice); after a
+    // rung that cannot be undone, the plans around the new one are measured and the fastest that
+    // fits is taken as a change of its own (measure_after). The documented plan wins ties within
+    // 5%; with nothing measurable or nothing fitting, the documented order stands.
+    Decision measured_choice(const Decision& documented, const OomEvent& event);
+    void measure_after(const Decision& taken, const OomEvent& event);
+    // Measures `candidates` (the first is the preferred one) from the live plan; the index of the
+    // fastest that fits — the preferred one when it runs at all, another when it leaves
+    // measure_headroom to spare — -1 when none does, nullopt when the target cannot measure.
+    // Records a "measure" event each and fills `figures`.
+    std::optional<int> measure_candidates(const std::vector<Plan>& candidates,
+                                          const std::string& after, std::string& figures);
+    std::uint64_t measure_limit() const;
     void record_stable(std::int64_t step);
     void plan_changed();
 
@@ -107,6 +142,7 @@ class Guard {
     GuardOptions options_;
     EventLog& events_;
     GuardedTarget* target_ = nullptr;
+    Plan job_plan_;  // the plan the run started from: the measured choice's upper bounds
     History history_;
     std::optional<std::pair<int, int>> bucket_;  // of the running micro-batch
     std::set<std::int64_t> step_buckets_;        // areas noted during the running step
@@ -121,7 +157,7 @@ class Guard {
         std::string rule;
         bool pinned = false;
     };
-    std::vector<Taken> taken_;
+    std::vector<Taken> taken_;  // a measured change is pinned: scale-up must not walk it back
     std::uint64_t run_peak_ = 0;
     int ooms_ = 0;
     int changes_ = 0;

@@ -9,10 +9,15 @@
 //     of 64, floor 256 or the smallest training bucket), video: fewer sample frames, then
 //     sampling off.
 //   load / cache OOM: low_vram (batch and buckets do not exist yet).
-//   training-step OOM, images: gradient checkpointing, batch 1 with accumulation (effective batch
-//     kept), drop the largest bucket (repeatable), shrink sampling when a sampling pass left
-//     memory behind, low_vram. Video: fewer frames (halved once), batch 1, gradient
-//     checkpointing, buckets, then frames again down to 1, sampling, low_vram.
+//   training-step OOM, images: first the free rungs — changes that cost no step time at this point
+//     of the run (the idle encoders off the device once every latent and text embedding is
+//     cached) — then gradient checkpointing, batch 1 with accumulation (effective batch kept),
+//     drop the largest bucket (repeatable), shrink sampling when a sampling pass left memory
+//     behind, low_vram. Video: the free rungs, fewer frames (halved once), batch 1, gradient
+//     checkpointing, buckets, then frames again down to 1, sampling, low_vram. With the probe on,
+//     the guard measures the plans around the documented one that differ only in how a step is
+//     computed (checkpointing, micro-batch, block streaming: measured_candidates) and takes the
+//     fastest that fits; the documented plan wins ties, and this order stays the explanation.
 //   "sometimes": the failing batch came from the largest bucket and smaller buckets have trained
 //     fine → dropping that bucket comes first.
 //   save OOM: free and retry once, then low_vram.
@@ -63,6 +68,10 @@ struct PolicyContext {
     std::size_t prompt_count = 1;  // preview prompts (batching them only matters with > 1)
     bool guidance = true;          // classifier-free guidance (scale > 1): two passes per step
     int host_threads = 1;          // LibTorch's intra-op threads when the plan says 0
+    // Latents are cached and captions repeat: at low_vram level 1 (which caches the text
+    // embeddings) the text encoder(s) and the VAE only work for previews and a caption's first
+    // use, so moving them to the host costs no step time (the free rung).
+    bool encoders_idle = false;
 };
 
 struct OomEvent {
@@ -105,6 +114,29 @@ const char* to_string(Decision::Action action);
 Decision decide(const Plan& plan, const OomEvent& event, const History& history,
                 const PolicyContext& context);
 
+// The measured choice (issue 22, with the probe on; the guard measures, this decides what).
+// A rung it answers: a training-step rung that is neither free nor sampling's.
+bool measured_rung(std::string_view rule);
+// `to` differs from `from` only in how a step is computed, in ways a measurement can try and
+// leave: gradient checkpointing, the micro-batch (accumulation keeping the effective batch),
+// low_vram (a measurement keeps the float32 weights while it tries bf16). Such a documented rung
+// is measured against the other candidates; after one that is not (a bucket, frames), the
+// candidates are measured around the new plan.
+bool reversible_change(const Plan& from, const Plan& to);
+// The candidates around `base`: every combination of low_vram (the plan's level and each above),
+// checkpointing (the job's setting, or on) and the micro-batch (from the job's down to 1, each
+// dividing the effective batch); never one that needs at least what a plan that ran out of memory
+// in training needed, knob by knob (no_heavier). In a fixed order: lower levels first, then the
+// job's checkpointing first, then larger micro-batches first. The guard stops climbing levels
+// once the job's own checkpointing and micro-batch fit.
+std::vector<Plan> measured_candidates(const Plan& base, const Plan& job, const History& history,
+                                      const PolicyContext& context);
+// The decision that moves `from` to `chosen`: the rung of the branch that makes exactly that
+// change (its rule and reason), or kMeasuredRule; `measured` (the figures) ends the reason.
+Decision measured_decision(const Plan& from, const Plan& chosen, const OomEvent& event,
+                           const History& history, const PolicyContext& context,
+                           const std::string& measured);
+
 // A training process that died without a word (SIGKILL: the host's OOM killer) is restarted
 // one rung lower on the host ladder: the decision for a host OOM outside any phase.
 Decision decide_after_death(const Plan& plan, const PolicyContext& context);
@@ -142,6 +174,9 @@ LadderBranch ladder_branch(const OomEvent& event, const PolicyContext& context);
 // in their order, with their own rule ids and this row's reason before theirs ("a sampling pass
 // ran just before this step: ..."), tried only when a sampling pass ran since the last step.
 inline constexpr const char* kSamplingRungsRule = "sample.*";
+// A measured choice that no single rung of the table makes (several knobs at once, or back from
+// an earlier change once a later rung made room).
+inline constexpr const char* kMeasuredRule = "measured.fastest";
 
 struct RungSpec {
     std::string rule;  // the Decision::rule it produces ("train.gradient_checkpointing")
@@ -154,6 +189,8 @@ struct RungSpec {
     // diffusers training scripts.
     std::string advice;
     std::string flag_advice;
+    // Costs no step time at this point of the run: tried before every costly rung.
+    bool free = false;
 };
 
 // Every row, branch by branch. A rule may appear in several branches (the bucket rung of image
@@ -164,5 +201,8 @@ const std::vector<RungSpec>& rung_table();
 std::vector<const RungSpec*> rungs_of(LadderBranch branch);
 // The first row with `rule`, or nullptr.
 const RungSpec* find_rung(std::string_view rule);
+
+// `plan` already ran out of memory doing `work` in this run.
+bool already_failed(const History& history, Work work, const Plan& plan);
 
 }  // namespace loom::guard

@@ -18,8 +18,11 @@
 //      (train/prefetching_weight_source.h), at the cost of up to
 //      PrefetchingWeightSource::kDepth layers' copies more device memory.
 //
-// Levels only go up during a run: bf16 weights cannot be restored to float32 without reloading
-// the model, so scale-up leaves low_vram alone.
+// Levels go back down only for the guard's measured choice (issue 22), which tries a higher
+// level as one candidate among others and must be able to leave it: level 3 returns to 2 (the
+// streamed weights back on the device), 1 to 0 (the encoders back), and from 2 or 3 to below 2
+// only while keep_originals(true) kept the float32 base weights on the host (bf16 cannot become
+// float32 again otherwise). Scale-up leaves low_vram alone.
 //
 // Placement also applies perf.channels_last: the UNet's and the VAE's conv weights are converted
 // on the host before anything is placed, and every later copy (bf16, streaming, fetches) keeps
@@ -51,8 +54,13 @@ class LowVramMode {
 
     // Places a freshly loaded (host-resident) model on the device as `level` asks.
     void place_model(int level);
-    // Raises the level of a placed model (lower levels are refused: see the top of this file).
-    void raise_to(int level);
+    // Moves a placed model to `level`: any level above; a lower one as the top of this file says
+    // (refused with loom::Error otherwise).
+    void set_level(int level);
+    // While on, raising to level 2 keeps each converted float32 weight on the host, so that
+    // set_level can come back below 2 exactly; off drops what was kept (host RAM: the base
+    // model's float32 size while on).
+    void keep_originals(bool keep);
     int level() const { return level_; }
 
     // Releases the device copies block streaming made ahead of use (perf.stream_prefetch): what
@@ -81,6 +89,10 @@ class LowVramMode {
     // The frozen float32 base weights to bf16; the UNet is device-resident once placed.
     void base_to_bf16(bool unet_on_device);
     void stream_blocks();
+    // Level 3 back to 2: the streamed weights to the device, the layers computing with them again.
+    void unstream_blocks();
+    // Level 2 back to 1: the kept float32 weights replace the bf16 ones, where each one lives.
+    void restore_originals();
 
     StableDiffusion& model_;
     Device& device_;
@@ -88,8 +100,17 @@ class LowVramMode {
     std::shared_ptr<PrefetchingWeightSource> prefetch_;  // level 3 with stream_prefetch
     int level_ = 0;
     int encoder_scopes_ = 0;
-    // The host-resident weights of level 3 (their TensorImpl: set_data keeps it).
+    // The host-resident weights of level 3 (their TensorImpl: set_data keeps it), and the layers
+    // that fetch them.
     std::unordered_set<const c10::TensorImpl*> streamed_;
+    std::vector<torch::nn::Module*> streamed_layers_;
+    struct Original {
+        at::Tensor param;  // shares the parameter's TensorImpl
+        at::Tensor full;   // its float32 value, on the host
+        bool on_device;
+    };
+    bool keep_originals_ = false;
+    std::vector<Original> originals_;
 };
 
 }  // namespace loom

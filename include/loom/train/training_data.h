@@ -47,6 +47,12 @@ class TrainingData {
     const data::BucketPlan& buckets() const { return order_->plan(); }
     const TrainingItem& item(std::size_t index) const { return items_.at(index); }
     bool caches_latents() const { return cache_latents_; }
+    // Whether the encoders can sit idle during steps under `process`: its latents are cached and
+    // its captions repeat (no dataset shuffles its tokens, which makes a new caption each time),
+    // so once low_vram level 1 caches the text embeddings (it always does), the encoders only
+    // work for previews and a caption's first use — the ladder's free rung
+    // (guard::PolicyContext::encoders_idle).
+    static bool encoders_can_idle(const config::ProcessConfig& process);
 
     // The knobs data owns: datasets.max_bucket_pixels, host.memory_caches, and the text cache
     // that low_vram needs (the text encoder leaves the device).

@@ -1,0 +1,142 @@
+// The guard's measured choice (guard.h; issue 22): with the probe on, a training-step OOM is
+// answered by measuring the plans around the documented one that differ only in how a step is
+// computed (ladder_policy.h, measured_candidates) and taking the fastest that fits. The
+// documented plan is measured first and wins ties, so the guide's order stays the explanation.
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "loom/core/byte_size.h"
+#include "loom/core/logging.h"
+#include "loom/guard/guard.h"
+#include "loom/guard/log_wording.h"
+#include "loom/guard/plan_reuse.h"
+
+namespace loom::guard {
+
+namespace {
+
+const Logger& log() {
+    static const Logger l = logger("guard");
+    return l;
+}
+
+// "12.3 ms", "1.24 s".
+std::string format_seconds(double seconds) {
+    char buf[32];
+    if (seconds < 1.0) {
+        std::snprintf(buf, sizeof(buf), "%.1f ms", seconds * 1000.0);
+    } else {
+        std::snprintf(buf, sizeof(buf), "%.2f s", seconds);
+    }
+    return buf;
+}
+
+// A single micro-batch's time is not finer than this: closer plans are a tie.
+constexpr double kTie = 0.95;
+
+// `plan` first, then `others` without it.
+std::vector<Plan> preferred_first(const Plan& plan, const std::vector<Plan>& others) {
+    std::vector<Plan> out{plan};
+    for (const Plan& p : others) {
+        if (p != plan) out.push_back(p);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::uint64_t Guard::measure_limit() const {
+    const std::uint64_t total = device_.stats().total;
+    return static_cast<std::uint64_t>(double(total) * (1.0 - options_.measure_headroom));
+}
+
+std::optional<int> Guard::measure_candidates(const std::vector<Plan>& candidates,
+                                             const std::string& after, std::string& figures) {
+    const std::uint64_t total = device_.stats().total;
+    const std::uint64_t limit = measure_limit();
+    std::vector<std::optional<Measurement>> measured(candidates.size());
+    std::vector<Plan> too_big;  // measured not to fit: what needs as much is skipped
+    int best = -1;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        const Plan& c = candidates[i];
+        if (std::any_of(too_big.begin(), too_big.end(),
+                        [&](const Plan& big) { return no_heavier(big, c); })) {
+            continue;
+        }
+        // A higher low_vram level only adds work to what already runs as the job asked.
+        if (best >= 0 && c.low_vram > candidates[best].low_vram &&
+            candidates[best].gradient_checkpointing == job_plan_.gradient_checkpointing &&
+            candidates[best].batch_size == job_plan_.batch_size) {
+            continue;
+        }
+        const std::optional<Measurement> m = target_->measure(plan_, c);
+        if (!m) return std::nullopt;
+        // The preferred plan is what the documented order would run anyway: it needs only to
+        // run. Leaving that order for another plan takes the headroom as evidence.
+        const bool fits = m->fits && (total == 0 || m->peak <= (i == 0 ? total : limit));
+        if (!fits) too_big.push_back(c);
+        events_.record("measure", {{"after", after},
+                                   {"fits", fits},
+                                   {"out_of_memory", !m->fits},
+                                   {"peak", m->peak},
+                                   {"limit", limit},
+                                   {"step_seconds", m->step_seconds},
+                                   {"plan", describe(c)}});
+        if (!figures.empty()) figures += "; ";
+        figures += describe(c) + ": " +
+                   (!m->fits ? std::string("out of memory")
+                             : format_seconds(m->step_seconds) + "/step, peak " +
+                                   format_bytes_human(m->peak) + (fits ? "" : " (no headroom)"));
+        measured[i] = m;
+        if (fits && (best < 0 || m->step_seconds < measured[best]->step_seconds * kTie)) {
+            best = static_cast<int>(i);
+        }
+    }
+    return best;
+}
+
+Decision Guard::measured_choice(const Decision& documented, const OomEvent& event) {
+    const std::vector<Plan> candidates = preferred_first(
+        documented.plan, measured_candidates(plan_, job_plan_, history_, options_.context));
+    if (candidates.size() < 2) return documented;
+    std::string figures;
+    const std::optional<int> best = measure_candidates(candidates, documented.rule, figures);
+    if (!best || *best < 0) return documented;  // none fits: the documented order, unmeasured
+    const Plan& chosen = candidates[*best];
+    const std::string text = "measured: " + figures + "; the fastest that fits";
+    Decision d = documented;
+    if (*best == 0) {
+        d.reason += " (" + text + ")";
+    } else {
+        d = measured_decision(plan_, chosen, event, history_, options_.context, text);
+    }
+    events_.record("measured_choice", {{"rule", d.rule},
+                                       {"documented", documented.rule},
+                                       {"candidates", static_cast<std::int64_t>(candidates.size())},
+                                       {"plan", describe(chosen)}});
+    return d;
+}
+
+void Guard::measure_after(const Decision& taken, const OomEvent& event) {
+    const std::vector<Plan> candidates =
+        preferred_first(plan_, measured_candidates(plan_, job_plan_, history_, options_.context));
+    if (candidates.size() < 2) return;
+    std::string figures;
+    const std::optional<int> best = measure_candidates(candidates, taken.rule, figures);
+    if (!best) return;
+    const bool change = *best > 0;
+    events_.record("measured_choice", {{"rule", change ? std::string(kMeasuredRule) : taken.rule},
+                                       {"documented", taken.rule},
+                                       {"candidates", static_cast<std::int64_t>(candidates.size())},
+                                       {"plan", describe(change ? candidates[*best] : plan_)}});
+    if (!change) return;  // the plan as it is: the fastest, or nothing fits (the ladder goes on)
+    Decision d = measured_decision(plan_, candidates[*best], event, history_, options_.context,
+                                   "after " + taken.rule + ", measured: " + figures);
+    events_.decision(d, event);
+    apply(d);
+}
+
+}  // namespace loom::guard
