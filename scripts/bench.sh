@@ -5,7 +5,7 @@
 # low_vram sub-modes on their own. Needs the build (scripts/setup.sh). Work folders go under the
 # build folder.
 #
-#   scripts/bench.sh [all|throughput|recovery|ladder|low_vram]
+#   scripts/bench.sh [all|throughput|recovery|ladder|low_vram|report]
 #   ROUNDS=3 STEPS=30 THREADS=2 scripts/bench.sh throughput
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,8 +14,8 @@ BUILD="${LOOM_BUILD_DIR:-build}"
 LOOM="$BUILD/src/cli/loom"
 PY=.venv/bin/python
 WHAT="${1:-all}"
-case "$WHAT" in all|throughput|recovery|ladder|low_vram) ;; *)
-  echo "usage: scripts/bench.sh [all|throughput|recovery|ladder|low_vram]" >&2; exit 2;;
+case "$WHAT" in all|throughput|recovery|ladder|low_vram|report) ;; *)
+  echo "usage: scripts/bench.sh [all|throughput|recovery|ladder|low_vram|report]" >&2; exit 2;;
 esac
 [[ -x "$LOOM" ]] || { echo "no $LOOM: build first (scripts/setup.sh)" >&2; exit 1; }
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
@@ -40,4 +40,8 @@ if [[ "$WHAT" == low_vram ]]; then
   echo; echo "== low_vram sub-modes (bench/low_vram.py)"
   $PY bench/low_vram.py "$LOOM" "$BUILD/tests/train/make_tiny_fixture" "$BUILD/bench_low_vram" \
     "${LOW_VRAM_STEPS:-12}" "${LOW_VRAM_SIZE:-64}"
+fi
+if [[ "$WHAT" == all || "$WHAT" == report ]]; then
+  echo; echo "== loom report on an empty, a failed and a 100k-step run (bench/report_speed.py)"
+  $PY bench/report_speed.py "$LOOM" "$BUILD/bench_report" "${REPORT_REPEATS:-5}"
 fi

@@ -31,6 +31,7 @@ Command make_doctor_command();
 Command make_eval_command();
 Command make_inspect_command();
 Command make_train_command();
+Command make_report_command();
 Command make_sample_command();
 Command make_stable_list_command();
 Command make_stable_show_command();

@@ -7,7 +7,8 @@ const std::vector<Command>& all_commands() {
         make_train_command(),       make_sample_command(),        make_config_check_command(),
         make_devices_command(),     make_doctor_command(),        make_stable_list_command(),
         make_stable_show_command(), make_stable_export_command(), make_stable_forget_command(),
-        make_inspect_command(),     make_eval_command(),          make_help_command(),
+        make_report_command(),      make_inspect_command(),       make_eval_command(),
+        make_help_command(),
     };
     return kCommands;
 }

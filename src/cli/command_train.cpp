@@ -14,6 +14,8 @@
 #include "loom/core/logging.h"
 #include "loom/device/faults.h"
 #include "loom/guard/log_wording.h"
+#include "loom/report/html_report.h"
+#include "loom/report/store_history.h"
 #include "loom/store/store_location.h"
 #include "loom/store/store_recorder.h"
 #include "loom/train/trainer.h"
@@ -58,6 +60,20 @@ cxxopts::Options train_options() {
 
 // Trains every process in order in this process; SIGINT/SIGTERM stop it after the running step
 // with a checkpoint (exit 130).
+// report.html in the run folder, refreshed; a report that cannot be written is a warning, never
+// the run's failure.
+void refresh_report(const std::filesystem::path& run,
+                    const std::optional<std::filesystem::path>& store_file,
+                    const std::string& error = {}) {
+    try {
+        std::optional<report::StoreHistory> history;
+        if (store_file) history = report::read_history_file(*store_file, run);
+        report::write_report(run, run / "report.html", history, error);
+    } catch (const std::exception& e) {
+        logger("report").warn("report.html not written: {}", e.what());
+    }
+}
+
 int train_in_process(const config::Job& job, TrainOverrides o,
                      const std::optional<std::filesystem::path>& store_file) {
     o.stop_requested = &install_stop_handlers();
@@ -66,8 +82,22 @@ int train_in_process(const config::Job& job, TrainOverrides o,
         store.emplace(*store_file);
         o.plan_store = &*store;
     }
+    o.after_checkpoint = [&](const std::filesystem::path& run) { refresh_report(run, store_file); };
     for (std::size_t i = 0; i < job.config.process.size(); ++i) {
-        const TrainSummary s = train_process(job, i, o);
+        const config::ProcessConfig& process = job.config.process[i];
+        const std::filesystem::path run =
+            std::filesystem::path(*process.training_folder) / *process.name;
+        TrainSummary s;
+        try {
+            s = train_process(job, i, o);
+        } catch (const RunFolderBusyError&) {
+            throw;  // another trainer's folder: its report is its own
+        } catch (const std::exception& e) {
+            if (std::filesystem::exists(run / "events.jsonl"))
+                refresh_report(run, store_file, e.what());
+            throw;
+        }
+        refresh_report(s.run_folder, store_file);
         if (s.final_lora.empty()) {
             std::cout << "stopped at step " << s.end_step << "; rerun to resume from "
                       << s.run_folder.string() << "\n";
@@ -81,7 +111,8 @@ int train_in_process(const config::Job& job, TrainOverrides o,
                   << "events:  " << (s.run_folder / "events.jsonl").string() << " ("
                   << guard::recovered_counts_text({s.ooms, s.plan_changes, 0, {}}) << ")\n"
                   << "plan:    " << (s.run_folder / "plan.yaml").string() << " (" << s.final_plan
-                  << ")\n";
+                  << ")\n"
+                  << "report:  " << (s.run_folder / "report.html").string() << "\n";
         if (s.reused_stable_id) {
             std::cout << "reused:  stable plan #" << *s.reused_stable_id << " of "
                       << store->file().string() << "\n";

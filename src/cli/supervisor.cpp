@@ -26,6 +26,7 @@
 #include "loom/guard/event_log.h"
 #include "loom/guard/ladder_policy.h"
 #include "loom/guard/plan.h"
+#include "loom/report/html_report.h"
 #include "loom/train/run_folder.h"
 #include "loom/train/run_lock.h"
 
@@ -413,6 +414,13 @@ int give_up(const std::vector<ChildEnd>& deaths, int max_restarts, std::size_t p
         << "  events:          " << run.events_jsonl().string() << "\n"
         << "  try:             " << what_to_try << "\n";
     std::cerr << out.str();
+    try {  // the report says how the run ended (its history comes with the next `loom report`)
+        report::write_report(run.root(), run.root() / "report.html", std::nullopt,
+                             "the training process died " + std::to_string(deaths.size()) +
+                                 " times (" + meaning + "); try: " + what_to_try);
+    } catch (const std::exception& e) {
+        supervisor_log().warn("report.html not written: {}", e.what());
+    }
     const bool logged = add_log_file(run.log_file());
     supervisor_log().debug("{}", out.str());
     if (logged) close_log_files();

@@ -111,6 +111,20 @@ std::string row_source(const std::filesystem::path& file, const char* table, std
 }
 
 // The SELECT shared by list() and find(); callers append WHERE conditions after "1 = 1".
+// The eight plan_keys columns from `first` on, in the table's order.
+guard::PlanKey read_key(SQLite::Statement& q, int first) {
+    guard::PlanKey key;
+    key.arch = q.getColumn(first).getString();
+    key.model_fingerprint = q.getColumn(first + 1).getString();
+    key.device_name = q.getColumn(first + 2).getString();
+    key.total_memory = from_db(q.getColumn(first + 3).getInt64());
+    key.dtype = q.getColumn(first + 4).getString();
+    key.rank = q.getColumn(first + 5).getInt();
+    key.max_resolution = q.getColumn(first + 6).getInt();
+    key.frames = q.getColumn(first + 7).getInt();
+    return key;
+}
+
 const char* const kStableRowQuery =
     "SELECT s.id, s.plan, s.step, s.steps_on_plan, s.peak, s.steps_per_second, s.loom_version, "
     "s.recorded_at, r.id, r.name, r.run_folder, r.status, r.job_yaml, r.process_index, k.arch, "
@@ -135,14 +149,7 @@ StableRow read_stable_row(SQLite::Statement& q, const std::filesystem::path& fil
     row.run_status = q.getColumn(11).getString();
     row.job_yaml = q.getColumn(12).getString();
     row.process_index = static_cast<std::size_t>(q.getColumn(13).getInt64());
-    row.key.arch = q.getColumn(14).getString();
-    row.key.model_fingerprint = q.getColumn(15).getString();
-    row.key.device_name = q.getColumn(16).getString();
-    row.key.total_memory = from_db(q.getColumn(17).getInt64());
-    row.key.dtype = q.getColumn(18).getString();
-    row.key.rank = q.getColumn(19).getInt();
-    row.key.max_resolution = q.getColumn(20).getInt();
-    row.key.frames = q.getColumn(21).getInt();
+    row.key = read_key(q, 14);
     return row;
 }
 
@@ -400,6 +407,46 @@ std::vector<OomRow> StableStore::ooms_for_key(const guard::PlanKey& key) {
                                     std::string(kOomRowQuery) + "WHERE r.key_id = ? ORDER BY o.id");
             query.bind(1, *key_id);
             rows = read_oom_rows(query, file_);
+        }
+        snapshot.commit();
+        return rows;
+    });
+}
+
+std::vector<RunRow> StableStore::runs_with_key_of(const std::string& run_folder) {
+    return guarded(file_, "reading the runs recorded like " + run_folder, [&] {
+        SQLite::Transaction snapshot(*db_);
+        std::vector<RunRow> rows;
+        SQLite::Statement key(
+            *db_, "SELECT key_id FROM runs WHERE run_folder = ? ORDER BY id DESC LIMIT 1");
+        key.bind(1, run_folder);
+        if (key.executeStep()) {
+            SQLite::Statement query(
+                *db_,
+                "SELECT r.id, r.name, r.run_folder, r.status, r.started_at, r.finished_at, "
+                "r.steps, "
+                "r.ooms, r.start_plan, r.end_plan, k.arch, k.model_fingerprint, k.device_name, "
+                "k.total_memory, k.dtype, k.rank, k.max_resolution, k.frames "
+                "FROM runs r JOIN plan_keys k ON k.id = r.key_id WHERE r.key_id = ? ORDER BY r.id");
+            query.bind(1, key.getColumn(0).getInt64());
+            while (query.executeStep()) {
+                RunRow row;
+                row.id = query.getColumn(0).getInt64();
+                row.name = query.getColumn(1).getString();
+                row.run_folder = query.getColumn(2).getString();
+                row.status = query.getColumn(3).getString();
+                row.started = query.getColumn(4).getString();
+                if (!query.getColumn(5).isNull()) row.finished = query.getColumn(5).getString();
+                row.steps = optional_int(query.getColumn(6));
+                row.ooms = optional_int(query.getColumn(7));
+                const std::string source = row_source(file_, "runs", row.id);
+                row.start_plan = read_plan(query.getColumn(8).getString(), source);
+                if (!query.getColumn(9).isNull()) {
+                    row.end_plan = read_plan(query.getColumn(9).getString(), source);
+                }
+                row.key = read_key(query, 10);
+                rows.push_back(std::move(row));
+            }
         }
         snapshot.commit();
         return rows;

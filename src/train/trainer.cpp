@@ -301,6 +301,13 @@ void Trainer::save(std::int64_t step, bool final) {
     }
     events_->record("save", {{"step", step}, {"file", file.string()}, {"final", final}});
     log().info("saved {}", file.string());
+    if (!final && overrides_.after_checkpoint) {
+        try {
+            overrides_.after_checkpoint(run_.root());
+        } catch (const std::exception& e) {
+            log().warn("after the checkpoint at step {}: {}", step, e.what());
+        }
+    }
 }
 
 void Trainer::sample(std::int64_t step) {

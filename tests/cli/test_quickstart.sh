@@ -26,14 +26,18 @@ has '"event":"change".*"knob":"sample.batch_prompts"' && ok "sampling goes one p
   bad "no sample.one_prompt_at_a_time change"
 has '"event":"oom".*"phase":"train_step".*"step":1[,}]' && ok "training step 1 runs out of memory" ||
   bad "no train_step OOM at step 1 (the budget no longer makes step 1 fail)"
+has '"event":"change".*"rule":"free.encoders_off_device"' && ok "the idle encoders leave the device first" ||
+  bad "no free.encoders_off_device change (the free rung comes before checkpointing)"
 has '"event":"change".*"rule":"train.gradient_checkpointing"' && ok "gradient checkpointing is turned on" ||
   bad "no train.gradient_checkpointing change"
+grep -q 'class="marker oom"' "$RUN/report.html" 2>/dev/null && ok "report.html shows the OOMs" ||
+  bad "no report.html with OOM markers in the run folder"
 
 trained=$(grep -o '"step":[0-9]*' "$RUN/metrics.jsonl" 2>/dev/null | sort -u | wc -l)
 [ "$trained" -eq "$STEPS" ] && ok "$STEPS of $STEPS steps trained" || bad "$trained of $STEPS steps trained"
 ls "$RUN"/samples/*_grid.png >/dev/null 2>&1 && ok "preview grids written" || bad "no preview grid"
 
-for what in "LoRA:" "samples:" "events:" "stable:"; do
+for what in "LoRA:" "samples:" "events:" "report:" "stable:"; do
   grep -q "^$what" "$TMP/out" && ok "the end names $what" || bad "the end does not name $what"
 done
 grep -q "^LoRA: .*quickstart_star.safetensors" "$TMP/out" && [ -f "$RUN/quickstart_star.safetensors" ] &&

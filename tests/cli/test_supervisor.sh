@@ -91,6 +91,10 @@ grep '"event":"restart"' "$TMP/runs/doomed/events.jsonl" | head -1 \
   || bad "first restart rule"
 grep -q "memory_caches: false" "$TMP/runs/doomed/plan.yaml" && ok "plan.yaml: memory_caches false" \
   || { bad "plan.yaml"; cat "$TMP/runs/doomed/plan.yaml"; }
+grep -q 'class="status-failed"' "$TMP/runs/doomed/report.html" 2>/dev/null \
+  && grep -q 'id="error">the training process died 3 times' "$TMP/runs/doomed/report.html" \
+  && grep -q "restarts after a crash" "$TMP/runs/doomed/report.html" \
+  && ok "report.html says the run failed, how, and the restarts" || bad "report.html after the give-up"
 
 # 3: SIGTERM to the parent → the child checkpoints after its step, exit 130, no restart; a rerun
 # resumes and finishes.

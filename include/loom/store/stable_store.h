@@ -89,6 +89,21 @@ struct OomRow {
     std::string message;
 };
 
+// One recorded run.
+struct RunRow {
+    std::int64_t id = 0;
+    guard::PlanKey key;
+    std::string name;
+    std::string run_folder;
+    std::string status;  // "running", "completed", "interrupted", "stopped", "failed"
+    std::string started;
+    std::string finished;  // empty while running
+    std::optional<std::int64_t> steps;
+    std::optional<std::int64_t> ooms;
+    RecordedPlan start_plan;
+    std::optional<RecordedPlan> end_plan;
+};
+
 struct ListFilter {
     std::optional<std::string> arch;    // exact: "sd1", "sdxl"
     std::optional<std::string> device;  // a case-insensitive part of the device name: "h200"
@@ -138,6 +153,9 @@ class StableStore {
     // Out-of-memory errors in recording order, injected ones included (they say so).
     std::vector<OomRow> ooms_for_run(std::int64_t run_id);
     std::vector<OomRow> ooms_for_key(const guard::PlanKey& key);
+    // Every run recorded with the key of the newest run recorded in `run_folder` (the absolute
+    // path the trainer records), oldest first; empty when no run was recorded there.
+    std::vector<RunRow> runs_with_key_of(const std::string& run_folder);
 
   private:
     StableStore(std::filesystem::path file, std::unique_ptr<SQLite::Database> db);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct TrainOverrides {
     // The stable-config store (loom/store): told of the run, its OOMs and stable plans, and
     // asked at the start for a known stable plan (oom.reuse_stable). nullptr: no store.
     guard::PlanStore* plan_store = nullptr;
+    // Called with the run folder after every checkpoint is saved (the CLI refreshes report.html
+    // there). What it throws is logged as a warning; it never stops the run.
+    std::function<void(const std::filesystem::path& run_folder)> after_checkpoint;
 };
 
 struct TrainSummary {
