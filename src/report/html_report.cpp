@@ -196,6 +196,32 @@ std::string memory_plot(const RunData& run, const Plots& frame) {
     return render_svg(p);
 }
 
+// Each plan in effect, its steps and their median step time: what a plan change cost or saved.
+std::string speed_by_plan(const RunData& run,
+                          const std::vector<std::pair<double, std::string>>& starts,
+                          const Plots& frame) {
+    std::ostringstream o;
+    o << "<table id=\"plans\"><tr><th>plan in effect</th><th>steps</th><th>median step time</th>"
+         "<th>it/s</th></tr>\n";
+    for (std::size_t i = 0; i < starts.size(); ++i) {
+        const double end = i + 1 < starts.size() ? starts[i + 1].first : frame.x_max + 1;
+        std::vector<double> seconds;
+        for (const MetricPoint& m : run.metrics) {
+            if (m.step >= starts[i].first && m.step < end && m.step_seconds > 0) {
+                seconds.push_back(m.step_seconds);
+            }
+        }
+        if (seconds.empty()) continue;
+        std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+        const double median = seconds[seconds.size() / 2];
+        o << "<tr><td>" << escape_xml(short_plan(starts[i].second)) << "</td><td>" << seconds.size()
+          << "</td><td>" << fmt("%.3f s", median) << "</td><td>" << fmt("%.2f", 1.0 / median)
+          << "</td></tr>\n";
+    }
+    o << "</table>\n";
+    return o.str();
+}
+
 // Each plan in effect, from the step its change happened to the next change.
 std::string speed_plot(const RunData& run, const Plots& frame) {
     PlotSpec p = step_plot("plot-speed", "it/s", frame);
@@ -216,7 +242,7 @@ std::string speed_plot(const RunData& run, const Plots& frame) {
             {starts[i].first, end, kSpans[i % 2], "plan: " + short_plan(starts[i].second)});
     }
     p.vlines = frame.changes;
-    return render_svg(p);
+    return render_svg(p) + speed_by_plan(run, starts, frame);
 }
 
 // Per knob that changed: its value over the steps, as a row of labelled segments.
@@ -294,7 +320,7 @@ std::string recovery_table(const RunData& run) {
     return o.str();
 }
 
-std::string samples_section(const RunData& run) {
+std::string samples_section(const RunData& run, const std::string& base) {
     std::vector<const SampleImage*> grids;
     for (const SampleImage& s : run.samples) {
         if (s.grid) grids.push_back(&s);
@@ -308,10 +334,10 @@ std::string samples_section(const RunData& run) {
     o << "<p><input type=\"range\" id=\"sample-range\" min=\"0\" max=\"" << grids.size() - 1
       << "\" value=\"" << grids.size() - 1
       << "\" style=\"width:400px\"> <span id=\"sample-step\">step " << grids.back()->step
-      << "</span></p>\n<img id=\"sample-large\" src=\"" << escape_xml(grids.back()->file)
+      << "</span></p>\n<img id=\"sample-large\" src=\"" << escape_xml(base + grids.back()->file)
       << "\" alt=\"preview\">\n<div class=\"strip\">\n";
     for (const SampleImage* s : grids) {
-        o << "<figure><img src=\"" << escape_xml(s->file) << "\" alt=\"step " << s->step
+        o << "<figure><img src=\"" << escape_xml(base + s->file) << "\" alt=\"step " << s->step
           << "\" data-step=\"" << s->step << "\"><figcaption>step " << s->step
           << "</figcaption></figure>\n";
     }
@@ -377,6 +403,11 @@ std::string header(const RenderInput& in) {
         o << "<tr><td>" << escape_xml(k) << "</td><td>" << v << "</td></tr>\n";
     };
     row("status", "<span class=\"" + status_class + "\">" + escape_xml(status) + "</span>");
+    auto link = [&](const char* file) {
+        return "<a href=\"" + escape_xml(in.link_base + file) + "\">" + file + "</a>";
+    };
+    row("job", escape_xml(run.name) + " (" + link("config.yaml") + ", " + link("loom.log") + ", " +
+                   link("events.jsonl") + ")");
     row("run folder", escape_xml(run.folder.string()));
     row("model", escape_xml(run.model.empty() ? "?" : run.model) +
                      (run.arch.empty() ? "" : " (" + escape_xml(run.arch) + ")"));
@@ -436,7 +467,7 @@ std::string render_html(const RenderInput& in) {
       << speed_plot(run, frame);
     o << "<h2>Recoveries</h2>\n" << recovery_table(run);
     o << "<h2>Plan timeline</h2>\n" << plan_timeline(run, frame);
-    o << "<h2>Samples</h2>\n" << samples_section(run);
+    o << "<h2>Samples</h2>\n" << samples_section(run, in.link_base);
     o << "<h2>Plans</h2>\n<p>plan.yaml (the plan the run is on):</p>\n<pre>"
       << escape_xml(run.final_plan_yaml.empty() ? "(none yet)" : run.final_plan_yaml) << "</pre>\n";
     o << "<p>stable.yaml (the plan recorded as stable):</p>\n<pre>"
@@ -448,7 +479,13 @@ std::string render_html(const RenderInput& in) {
 
 void write_report(const std::filesystem::path& run_folder, const std::filesystem::path& out,
                   const std::optional<StoreHistory>& history, const std::string& error) {
-    RenderInput in{read_run(run_folder), history, error};
+    RenderInput in{read_run(run_folder), history, error, {}};
+    const std::filesystem::path from = std::filesystem::absolute(out).parent_path();
+    const std::filesystem::path to = std::filesystem::absolute(run_folder);
+    if (from.lexically_normal() != to.lexically_normal()) {
+        const std::string relative = to.lexically_relative(from).generic_string();
+        in.link_base = (relative.empty() ? to.generic_string() : relative) + "/";
+    }
     write_file_atomic(out, render_html(in));
 }
 

@@ -165,7 +165,7 @@ TEST_F(MeasuredChoiceTest, APlanNoRungMakesIsTakenUnderItsOwnRule) {
 TEST_F(MeasuredChoiceTest, ATieGoesToTheGuidesOrderAndAPlanWithoutHeadroomDoesNotCount) {
     FakeTarget target;
     target.by_plan[describe(with_checkpointing())] = Measurement{true, 60 * kMiB, 0.100};
-    target.by_plan[describe(batch_one())] = Measurement{true, 40 * kMiB, 0.098};  // within 5%
+    target.by_plan[describe(batch_one())] = Measurement{true, 40 * kMiB, 0.092};  // within 10%
     EXPECT_EQ(step_once(target), with_checkpointing());
     // Faster, but over the 95% line of the 100 MiB device: it does not count as fitting.
     target.by_plan[describe(batch_one())] = Measurement{true, 97 * kMiB, 0.01};
@@ -239,7 +239,7 @@ TEST_F(MeasuredChoiceTest, VideoMeasuresBatchAgainstCheckpointingOnceTheFramesAr
 
 // The whole ladder against the model: from the job's plan, each activation size ends on a plan
 // that runs, and no plan it could reach (any level from 1, where the free rung puts it) that fits
-// with the headroom is more than 5% faster.
+// with the headroom is more than 10% faster (the tie rule).
 TEST_F(MeasuredChoiceTest, TheLadderEndsOnTheFastestPlanThatFitsForEveryActivationSize) {
     for (const double activation : {5.0, 10.0, 14.0, 20.0, 30.0, 45.0, 80.0, 150.0, 250.0}) {
         SCOPED_TRACE("activation MiB per item: " + std::to_string(activation));
@@ -282,7 +282,7 @@ TEST_F(MeasuredChoiceTest, TheLadderEndsOnTheFastestPlanThatFitsForEveryActivati
             }
         }
         if (best < 1e9) {
-            EXPECT_LE(target.seconds(end), best / 0.95 + 1e-12)
+            EXPECT_LE(target.seconds(end), best / 0.90 + 1e-12)
                 << describe(end) << " against " << describe(best_plan);
         }
     }

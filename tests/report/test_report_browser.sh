@@ -86,5 +86,15 @@ browse "$fhtml" "$TMP/nofit.png"
 # loom report by hand, to another file.
 "$LOOM" report "$TMP/runs/report" -o "$TMP/by_hand.html" >/dev/null && [ -s "$TMP/by_hand.html" ] \
   && ok "loom report -o writes the file" || bad "loom report -o"
+grep -q 'src="runs/report/samples/' "$TMP/by_hand.html" \
+  && ok "its links lead into the run folder from where it is" || bad "links of a report written elsewhere"
+# Every image and link of both reports resolves from where the page is.
+missing=0
+for page in "$html" "$TMP/by_hand.html"; do
+  for ref in $(grep -o '\(src\|href\)="[^"#]*"' "$page" | sed 's/^[a-z]*="//; s/"$//'); do
+    [ -e "$(dirname "$page")/$ref" ] || { missing=$((missing + 1)); echo "  missing: $ref ($page)"; }
+  done
+done
+[ "$missing" -eq 0 ] && ok "every image and link of the reports resolves" || bad "$missing links lead nowhere"
 
 finish

@@ -124,7 +124,7 @@ class Guard {
     // around the failing plan and the fastest that fits replaces it (measured_choice); after a
     // rung that cannot be undone, the plans around the new one are measured and the fastest that
     // fits is taken as a change of its own (measure_after). The documented plan wins ties within
-    // 5%; with nothing measurable or nothing fitting, the documented order stands.
+    // 10%; with nothing measurable or nothing fitting, the documented order stands.
     Decision measured_choice(const Decision& documented, const OomEvent& event);
     void measure_after(const Decision& taken, const OomEvent& event);
     // Measures `candidates` (the first is the preferred one) from the live plan; the index of the

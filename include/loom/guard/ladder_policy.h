@@ -128,7 +128,7 @@ bool reversible_change(const Plan& from, const Plan& to);
 // dividing the effective batch); never one that needs at least what a plan that ran out of memory
 // in training needed, knob by knob (no_heavier). In a fixed order: lower levels first, then the
 // job's checkpointing first, then larger micro-batches first. The guard stops climbing levels
-// once the job's own checkpointing and micro-batch fit.
+// once a plan at the job's micro-batch fits.
 std::vector<Plan> measured_candidates(const Plan& base, const Plan& job, const History& history,
                                       const PolicyContext& context);
 // The decision that moves `from` to `chosen`: the rung of the branch that makes exactly that

@@ -48,6 +48,9 @@ struct RenderInput {
     RunData run;
     std::optional<StoreHistory> history;
     std::string error;  // the run stopped with this error (empty: it did not)
+    // Links into the run folder (samples, config.yaml) start with this: "" when the page is in
+    // the run folder, the relative way there when it is written elsewhere.
+    std::string link_base;
 };
 
 std::string render_html(const RenderInput& input);
