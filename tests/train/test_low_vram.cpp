@@ -22,43 +22,67 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(LowVramMode, RaisingToBf16NeedsNoFreeDeviceMemory) {
-    const fs::path root =
-        fs::temp_directory_path() / ("loom_low_vram_" + std::to_string(::getpid()));
-    testing::make_tiny_sd(root / "model");
-    auto device = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30);
-    StableDiffusion model;
-    {
-        HostAllocations host;  // as the trainer loads: into host memory
-        model = load_stable_diffusion(root / "model");
+// The tiny SD model on disk once per suite; each test loads it as the trainer does (into host
+// memory) on a fresh 1 GiB sim device.
+class LowVramModeTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        root_ = fs::temp_directory_path() / ("loom_low_vram_" + std::to_string(::getpid()));
+        testing::make_tiny_sd(root_ / "model");
     }
-    for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(model.unet.get()),
-                                 static_cast<torch::nn::Module*>(model.vae.get()),
+    static void TearDownTestSuite() { fs::remove_all(root_); }
+    void SetUp() override { device_ = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30); }
+
+    // The model in host memory; `frozen`: the UNet's weights do not train (bf16 converts those).
+    static StableDiffusion load(bool frozen = true) {
+        StableDiffusion model;
+        {
+            HostAllocations host;
+            model = load_stable_diffusion(root_ / "model");
+        }
+        if (frozen) {
+            for (auto& p : model.unet->parameters()) p.requires_grad_(false);
+        }
+        return model;
+    }
+
+    // The UNet's output on fixed random inputs of `dtype`, as float32 on the host.
+    at::Tensor unet_output(StableDiffusion& model, at::ScalarType dtype, int seed) const {
+        torch::manual_seed(seed);
+        const at::Tensor sample = device_->to_device(torch::randn({1, 4, 8, 8}).to(dtype));
+        const at::Tensor timestep = device_->to_device(torch::tensor({500}));
+        const at::Tensor context = device_->to_device(torch::randn({1, 5, 32}).to(dtype));
+        torch::NoGradGuard no_grad;
+        return model.unet->forward(sample, timestep, context).to(at::kFloat).cpu();
+    }
+
+    static inline fs::path root_;
+    std::unique_ptr<Device> device_;
+};
+
+TEST_F(LowVramModeTest, RaisingToBf16NeedsNoFreeDeviceMemory) {
+    StableDiffusion model = load();
+    for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(model.vae.get()),
                                  static_cast<torch::nn::Module*>(model.text_encoder.get())}) {
         for (auto& p : m->parameters()) p.requires_grad_(false);
     }
-    LowVramMode mode(model, *device);
+    LowVramMode mode(model, *device_);
     mode.place_model(1);
-    const std::uint64_t placed = device->stats().allocated;
+    const std::uint64_t placed = device_->stats().allocated;
     ASSERT_GT(placed, 0u);
     // 64 bytes of room: converting a weight in place on the device would need its bf16 copy
     // next to the float32 one.
     SimAllocator::install().set_budget(placed + 64);
     EXPECT_NO_THROW(mode.set_level(2));
-    EXPECT_LT(device->stats().allocated, placed * 6 / 10);  // the UNet's weights halved
+    EXPECT_LT(device_->stats().allocated, placed * 6 / 10);  // the UNet's weights halved
     EXPECT_EQ(model.unet->parameters().front().scalar_type(), at::kBFloat16);
-    fs::remove_all(root);
 }
 
 // perf.channels_last: the conv weights are converted on the host before placement, and every
 // level's copies keep the layout — the device copies (levels 0-2), bf16 conversion (2), the
 // host-resident streamed weights that fetches copy from (3) — also when the level is raised on a
 // placed model.
-TEST(LowVramMode, ChannelsLastSurvivesEveryLevel) {
-    const fs::path root =
-        fs::temp_directory_path() / ("loom_low_vram_cl_" + std::to_string(::getpid()));
-    testing::make_tiny_sd(root / "model");
-    auto device = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30);
+TEST_F(LowVramModeTest, ChannelsLastSurvivesEveryLevel) {
     auto expect_channels_last = [](torch::nn::Module& m, const std::string& when) {
         std::size_t convs = 0;
         for (const auto& p : m.named_parameters()) {
@@ -70,13 +94,8 @@ TEST(LowVramMode, ChannelsLastSurvivesEveryLevel) {
         EXPECT_GT(convs, 0u) << when;
     };
     for (const int level : {0, 1, 2, 3, -3}) {  // -3: placed at 0, then raised to 3
-        StableDiffusion model;
-        {
-            HostAllocations host;
-            model = load_stable_diffusion(root / "model");
-        }
-        for (auto& p : model.unet->parameters()) p.requires_grad_(false);
-        LowVramMode mode(model, *device, PlacementOptions{false, true});
+        StableDiffusion model = load();
+        LowVramMode mode(model, *device_, PlacementOptions{false, true});
         mode.place_model(std::max(level, 0));
         if (level < 0) mode.set_level(-level);
         const std::string when = "low_vram " + std::to_string(level);
@@ -84,114 +103,70 @@ TEST(LowVramMode, ChannelsLastSurvivesEveryLevel) {
         expect_channels_last(*model.vae, when);
         EXPECT_TRUE(model.unet->channels_last());
     }
-    fs::remove_all(root);
 }
 
 // The encoders moving in for the cache phase can run out of memory half-way: they go back to the
 // host and the next scope still moves them (found by the ladder benchmark: a cache-phase OOM left
 // the VAE on the device for the whole run).
-TEST(LowVramMode, EncodersThatDoNotFitGoBackToTheHost) {
-    const fs::path root =
-        fs::temp_directory_path() / ("loom_low_vram_enc_" + std::to_string(::getpid()));
-    testing::make_tiny_sd(root / "model");
-    auto device = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30);
-    StableDiffusion model;
-    {
-        HostAllocations host;
-        model = load_stable_diffusion(root / "model");
-    }
-    LowVramMode mode(model, *device);
+TEST_F(LowVramModeTest, EncodersThatDoNotFitGoBackToTheHost) {
+    StableDiffusion model = load(false);
+    LowVramMode mode(model, *device_);
     mode.place_model(1);
-    const std::uint64_t placed = device->stats().allocated;
+    const std::uint64_t placed = device_->stats().allocated;
     SimAllocator::install().set_budget(placed + 4096);  // room for a weight or two, not all
     EXPECT_THROW(LowVramMode::EncodersOnDevice scope(mode), c10::OutOfMemoryError);
-    EXPECT_EQ(device->stats().allocated, placed);
+    EXPECT_EQ(device_->stats().allocated, placed);
     SimAllocator::install().set_budget(std::uint64_t{1} << 30);
     {
         LowVramMode::EncodersOnDevice scope(mode);
-        EXPECT_GT(device->stats().allocated, placed);
+        EXPECT_GT(device_->stats().allocated, placed);
     }
-    EXPECT_EQ(device->stats().allocated, placed);
-    fs::remove_all(root);
+    EXPECT_EQ(device_->stats().allocated, placed);
 }
 
 // Level 3 goes back to 2 (the measured choice tries block streaming and may leave it): the
 // streamed weights return to the device, the UNet computes the same output at 2, 3 and 2 again,
 // and levels below 2 stay refused (bf16 cannot become float32 again).
-TEST(LowVramMode, LevelThreeGoesBackToTwoAndComputesTheSame) {
-    const fs::path root =
-        fs::temp_directory_path() / ("loom_low_vram_back_" + std::to_string(::getpid()));
-    testing::make_tiny_sd(root / "model");
-    auto device = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30);
-    StableDiffusion model;
-    {
-        HostAllocations host;
-        model = load_stable_diffusion(root / "model");
-    }
-    for (auto& p : model.unet->parameters()) p.requires_grad_(false);
-    LowVramMode mode(model, *device);
+TEST_F(LowVramModeTest, LevelThreeGoesBackToTwoAndComputesTheSame) {
+    StableDiffusion model = load();
+    LowVramMode mode(model, *device_);
     mode.place_model(2);
-    torch::manual_seed(3);
     // bf16 in, as the training step feeds a bf16 base.
-    const at::Tensor sample = device->to_device(torch::randn({1, 4, 8, 8}).to(at::kBFloat16));
-    const at::Tensor timestep = device->to_device(torch::tensor({500}));
-    const at::Tensor context = device->to_device(torch::randn({1, 5, 32}).to(at::kBFloat16));
-    auto output = [&] {
-        torch::NoGradGuard no_grad;
-        return model.unet->forward(sample, timestep, context).to(at::kFloat).cpu();
-    };
+    auto output = [&] { return unet_output(model, at::kBFloat16, 3); };
     const at::Tensor at_two = output();
-    const std::uint64_t two = device->stats().allocated;
+    const std::uint64_t two = device_->stats().allocated;
     mode.set_level(3);
-    EXPECT_LT(device->stats().allocated, two);  // block weights on the host
+    EXPECT_LT(device_->stats().allocated, two);  // block weights on the host
     EXPECT_TRUE(torch::equal(output(), at_two));
     mode.set_level(2);
     EXPECT_EQ(mode.level(), 2);
-    EXPECT_EQ(device->stats().allocated, two);  // every streamed weight is back
+    EXPECT_EQ(device_->stats().allocated, two);  // every streamed weight is back
     EXPECT_TRUE(torch::equal(output(), at_two));
     EXPECT_THROW(mode.set_level(1), Error);
-    fs::remove_all(root);
 }
 
 // The measured choice tries bf16 (level 2, 3) from float32 (level 1) and comes back: with the
 // originals kept, level 1 returns exactly — the same weights, the same memory, the same output.
-TEST(LowVramMode, WithTheFloat32WeightsKeptBf16GoesBackExactly) {
-    const fs::path root =
-        fs::temp_directory_path() / ("loom_low_vram_keep_" + std::to_string(::getpid()));
-    testing::make_tiny_sd(root / "model");
-    auto device = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30);
-    StableDiffusion model;
-    {
-        HostAllocations host;
-        model = load_stable_diffusion(root / "model");
-    }
-    for (auto& p : model.unet->parameters()) p.requires_grad_(false);
-    LowVramMode mode(model, *device);
+TEST_F(LowVramModeTest, WithTheFloat32WeightsKeptBf16GoesBackExactly) {
+    StableDiffusion model = load();
+    LowVramMode mode(model, *device_);
     mode.place_model(1);
-    torch::manual_seed(5);
-    const at::Tensor sample = device->to_device(torch::randn({1, 4, 8, 8}));
-    const at::Tensor timestep = device->to_device(torch::tensor({300}));
-    const at::Tensor context = device->to_device(torch::randn({1, 5, 32}));
-    auto output = [&] {
-        torch::NoGradGuard no_grad;
-        return model.unet->forward(sample, timestep, context).cpu();
-    };
+    auto output = [&] { return unet_output(model, at::kFloat, 5); };
     const at::Tensor at_one = output();
-    const std::uint64_t one = device->stats().allocated;
+    const std::uint64_t one = device_->stats().allocated;
     for (const int trial : {2, 3}) {
         mode.keep_originals(true);
         mode.set_level(trial);
-        EXPECT_LT(device->stats().allocated, one) << trial;
+        EXPECT_LT(device_->stats().allocated, one) << trial;
         mode.set_level(1);
         mode.keep_originals(false);
         EXPECT_EQ(mode.level(), 1);
-        EXPECT_EQ(device->stats().allocated, one) << trial;
+        EXPECT_EQ(device_->stats().allocated, one) << trial;
         EXPECT_EQ(model.unet->parameters().front().scalar_type(), at::kFloat);
         EXPECT_TRUE(torch::equal(output(), at_one)) << trial;
     }
     mode.set_level(2);  // without the originals: for good
     EXPECT_THROW(mode.set_level(1), Error);
-    fs::remove_all(root);
 }
 
 }  // namespace
