@@ -68,13 +68,16 @@ std::optional<int> Guard::measure_candidates(const std::vector<Plan>& candidates
                         [&](const Plan& big) { return no_heavier(big, c); })) {
             continue;
         }
-        // A higher low_vram level adds casts or copies to every step; what it can buy back is the
-        // micro-batch. Once a plan at the job's micro-batch fits, higher levels are not measured:
-        // this halves the probe's start-up (docs/BENCHMARKS.md measured both rules), and whether
-        // bf16 beats checkpointing's recompute was within the benchmark's run-to-run spread.
-        if (best >= 0 && c.low_vram > candidates[best].low_vram &&
-            candidates[best].batch_size >= job_plan_.batch_size) {
-            continue;
+        // A higher low_vram level adds casts or copies to every step; what it mostly buys back is
+        // the micro-batch. Once a plan at the job's micro-batch fits at level L, only level L+1
+        // at the job's micro-batch is still measured (bf16 or streaming can also buy back
+        // checkpointing's recompute) and nothing above: this bounds the probe's start-up
+        // (docs/BENCHMARKS.md measured the rules).
+        if (best >= 0 && candidates[best].batch_size >= job_plan_.batch_size) {
+            const int level = candidates[best].low_vram;
+            const bool next_at_job_batch =
+                c.low_vram == level + 1 && c.batch_size >= job_plan_.batch_size;
+            if (c.low_vram > level && !next_at_job_batch) continue;
         }
         const std::optional<Measurement> m = target_->measure(plan_, c);
         if (!m) return std::nullopt;

@@ -237,6 +237,37 @@ TEST_F(MeasuredChoiceTest, VideoMeasuresBatchAgainstCheckpointingOnceTheFramesAr
     EXPECT_EQ(target.measured.front(), describe(nine));  // the guide's plan first
 }
 
+// Climbing low_vram levels is bounded: once a plan at the job's micro-batch is the best so far at
+// level L, only level L+1 at that micro-batch is measured above it.
+TEST_F(MeasuredChoiceTest, HigherLevelsAreMeasuredOneStepPastAPlanAtTheJobsBatch) {
+    FakeTarget target;
+    Plan one = plan_;  // checkpointing off, batch 4, level 1
+    one.low_vram = 1;
+    target.by_plan[describe(with_checkpointing())] = Measurement{true, 60 * kMiB, 0.20};
+    target.by_plan[describe(one)] = Measurement{true, 50 * kMiB, 0.10};
+    EventLog events_log(events_file_);
+    GuardOptions options;
+    options.measure = true;
+    options.context.low_vram_levels = 3;
+    Guard guard(*device_, plan_, options, events_log);
+    guard.set_target(&target);
+    int attempts = 0;
+    guard.run(Phase::kTrainStep, 1, [&] {
+        if (attempts++ == 0)
+            throw c10::OutOfMemoryError("sim out of memory. Tried to allocate 2.00 MiB");
+    });
+    EXPECT_EQ(guard.plan(), one);
+    for (const std::string& m : target.measured) {
+        EXPECT_EQ(m.find("low_vram 3"), std::string::npos) << m;  // two past level 1: never
+        if (m.find("low_vram 2") != std::string::npos) {
+            EXPECT_NE(m.find("batch 4 x 1"), std::string::npos) << m;  // only the job's batch
+        }
+    }
+    // Level 0: all five; level 1: all six once its batch-4 plan is the best; level 2:
+    // checkpointing off and on at batch 4.
+    EXPECT_EQ(target.measured.size(), 5u + 6u + 2u);
+}
+
 // The whole ladder against the model: from the job's plan, each activation size ends on a plan
 // that runs, and no plan it could reach (any level from 1, where the free rung puts it) that fits
 // with the headroom is more than 10% faster (the tie rule).

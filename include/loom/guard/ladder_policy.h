@@ -127,8 +127,9 @@ bool reversible_change(const Plan& from, const Plan& to);
 // checkpointing (the job's setting, or on) and the micro-batch (from the job's down to 1, each
 // dividing the effective batch); never one that needs at least what a plan that ran out of memory
 // in training needed, knob by knob (no_heavier). In a fixed order: lower levels first, then the
-// job's checkpointing first, then larger micro-batches first. The guard stops climbing levels
-// once a plan at the job's micro-batch fits.
+// job's checkpointing first, then larger micro-batches first. Once a plan at the job's
+// micro-batch is the best at some level, the guard measures only the next level at that
+// micro-batch above it.
 std::vector<Plan> measured_candidates(const Plan& base, const Plan& job, const History& history,
                                       const PolicyContext& context);
 // The decision that moves `from` to `chosen`: the rung of the branch that makes exactly that
