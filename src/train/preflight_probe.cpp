@@ -10,7 +10,6 @@
 #include "loom/core/logging.h"
 #include "loom/device/device.h"
 #include "loom/device/faults.h"
-#include "loom/device/oom_classify.h"
 #include "loom/device/phase.h"
 #include "loom/guard/event_log.h"
 #include "loom/guard/guard.h"
@@ -78,33 +77,22 @@ void PreflightProbe::run() {
 
 guard::Measurement PreflightProbe::measure(const guard::Plan& candidate) {
     RestoreRng rng;
-    guard::Measurement m;
     device_.reset_peak();
     double fastest = 0.0;
     for (int run = 0; run < 2; ++run) {
-        std::exception_ptr failure;
         device_.synchronize();
         const auto started = std::chrono::steady_clock::now();
         {
             PhaseScope scope(Phase::kProbe, std::nullopt);
-            try {
-                step_.probe(candidate);
-                device_.synchronize();
-            } catch (...) {
-                failure = std::current_exception();
-            }
+            step_.probe(candidate);
+            device_.synchronize();
         }
         rng.restore();
-        if (failure) {
-            if (classify(failure) == OomKind::kNotOom) std::rethrow_exception(failure);
-            m.fits = false;
-            m.peak = device_.stats().peak_allocated;
-            return m;
-        }
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         fastest = run == 0 ? seconds : std::min(fastest, seconds);
     }
+    guard::Measurement m;
     m.fits = true;
     m.peak = device_.stats().peak_allocated;
     m.step_seconds = fastest * static_cast<double>(candidate.gradient_accumulation);

@@ -101,12 +101,10 @@ class MeasuredChoiceTest : public ::testing::Test {
         return p;
     }
 
-    // One training step that runs out of memory `ooms` times; returns the plan it trained with.
-    Plan step_once(FakeTarget& target, bool measure = true, int ooms = 1) {
+    // One training step under `options` that runs out of memory `ooms` times; returns the plan
+    // it trained with.
+    Plan run_step(FakeTarget& target, const GuardOptions& options, int ooms = 1) {
         EventLog events(events_file_);
-        GuardOptions options;
-        options.measure = measure;
-        options.context.low_vram_levels = 0;  // checkpointing x batch only: six candidates
         Guard guard(*device_, plan_, options, events);
         guard.set_target(&target);
         int attempts = 0;
@@ -116,6 +114,14 @@ class MeasuredChoiceTest : public ::testing::Test {
             }
         });
         return guard.plan();
+    }
+
+    // The same with checkpointing x batch only (no low_vram levels): six candidates.
+    Plan step_once(FakeTarget& target, bool measure = true, int ooms = 1) {
+        GuardOptions options;
+        options.measure = measure;
+        options.context.low_vram_levels = 0;
+        return run_step(target, options, ooms);
     }
 
     std::vector<nlohmann::json> events(const std::string& name) const {
@@ -216,20 +222,12 @@ TEST_F(MeasuredChoiceTest, VideoMeasuresBatchAgainstCheckpointingOnceTheFramesAr
     FakeTarget target;
     target.by_plan[describe(nine_one)] = Measurement{true, 70 * kMiB, 0.30};
     target.by_plan[describe(nine_gc)] = Measurement{true, 60 * kMiB, 0.25};
-    EventLog events_log(events_file_);
     GuardOptions options;
     options.measure = true;
     options.context.video = true;
     options.context.job_frames = 17;
     options.context.low_vram_levels = 3;
-    Guard guard(*device_, plan_, options, events_log);
-    guard.set_target(&target);
-    int attempts = 0;
-    guard.run(Phase::kTrainStep, 1, [&] {
-        if (attempts++ == 0)
-            throw c10::OutOfMemoryError("sim out of memory. Tried to allocate 2.00 MiB");
-    });
-    EXPECT_EQ(guard.plan(), nine_gc);
+    EXPECT_EQ(run_step(target, options), nine_gc);
     std::vector<std::string> rules;
     for (const auto& c : events("change")) rules.push_back(c["rule"]);
     EXPECT_EQ(rules,
@@ -245,18 +243,10 @@ TEST_F(MeasuredChoiceTest, HigherLevelsAreMeasuredOneStepPastAPlanAtTheJobsBatch
     one.low_vram = 1;
     target.by_plan[describe(with_checkpointing())] = Measurement{true, 60 * kMiB, 0.20};
     target.by_plan[describe(one)] = Measurement{true, 50 * kMiB, 0.10};
-    EventLog events_log(events_file_);
     GuardOptions options;
     options.measure = true;
     options.context.low_vram_levels = 3;
-    Guard guard(*device_, plan_, options, events_log);
-    guard.set_target(&target);
-    int attempts = 0;
-    guard.run(Phase::kTrainStep, 1, [&] {
-        if (attempts++ == 0)
-            throw c10::OutOfMemoryError("sim out of memory. Tried to allocate 2.00 MiB");
-    });
-    EXPECT_EQ(guard.plan(), one);
+    EXPECT_EQ(run_step(target, options), one);
     for (const std::string& m : target.measured) {
         EXPECT_EQ(m.find("low_vram 3"), std::string::npos) << m;  // two past level 1: never
         if (m.find("low_vram 2") != std::string::npos) {

@@ -36,7 +36,8 @@ class PreflightProbe {
     void check(const guard::Plan& candidate);
     // The training pass under `candidate` (already applied to the live trainer), unguarded and
     // timed: run twice, the faster counts (the first pays for allocations the second reuses),
-    // times the micro-batches of a step. An OOM is a measurement ("does not fit"), not an error.
+    // times the micro-batches of a step. An OOM propagates: the caller (Trainer::measure) counts
+    // it as "does not fit", as it does one while applying the candidate.
     guard::Measurement measure(const guard::Plan& candidate);
 
   private:
