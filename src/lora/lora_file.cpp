@@ -47,6 +47,12 @@ LoRAFileLayout parse_lora_layout(const std::string& text) {
 
 void save_lora(const LoRANetwork& network, const std::filesystem::path& path, LoRAFileLayout layout,
                at::ScalarType dtype, SafetensorsMetadata metadata) {
+    if (layout == LoRAFileLayout::kKohya && network.target_model() != LoRAModel::kUNet) {
+        throw Error(
+            "a Flux LoRA is saved in the PEFT layout (transformer.<module>.lora_A/B), as "
+            "ai-toolkit saves it; the kohya layout is for SD 1.x / SDXL UNets");
+    }
+    const std::string prefix = lora_file_prefix(network.target_model());
     NamedTensors tensors;
     nlohmann::json targets = nlohmann::json::array();
     std::map<int64_t, std::size_t> rank_counts;
@@ -60,7 +66,7 @@ void save_lora(const LoRANetwork& network, const std::filesystem::path& path, Lo
             tensors.emplace_back(stem + ".alpha",
                                  at::scalar_tensor(a.alpha(), at::kFloat).to(dtype));
         } else {
-            const std::string stem = "unet." + t.path;
+            const std::string stem = prefix + "." + t.path;
             tensors.emplace_back(stem + ".lora_A.weight", a.down.detach().to(dtype));
             // diffusers applies lora_B @ lora_A with scale 1 when no alpha is given.
             tensors.emplace_back(stem + ".lora_B.weight", (a.up.detach() * a.scale()).to(dtype));
@@ -81,18 +87,20 @@ void save_lora(const LoRANetwork& network, const std::filesystem::path& path, Lo
         for (const LoRATarget& t : network.targets()) {
             if (t.adapter->rank() != rank) rank_pattern["^" + t.path] = t.adapter->rank();
         }
-        const nlohmann::json adapter = {{"unet.r", rank},
-                                        {"unet.lora_alpha", rank},  // alpha folded into lora_B
-                                        {"unet.rank_pattern", rank_pattern},
-                                        {"unet.alpha_pattern", rank_pattern},
-                                        {"unet.target_modules", targets}};
+        const nlohmann::json adapter = {{prefix + ".r", rank},
+                                        {prefix + ".lora_alpha", rank},  // alpha folded into B
+                                        {prefix + ".rank_pattern", rank_pattern},
+                                        {prefix + ".alpha_pattern", rank_pattern},
+                                        {prefix + ".target_modules", targets}};
         metadata.emplace_back("lora_adapter_metadata", adapter.dump(2));
     }
     write_tensors(path, tensors, metadata);
 }
 
-LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path) {
+LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path,
+                              LoRAModel target_model) {
     const NamedTensors tensors = read_all_tensors(path);
+    const std::string peft_prefix = std::string(lora_file_prefix(target_model)) + ".";
     std::map<std::string, std::string> by_kohya;  // kohya stem -> module path
     for (const auto& item : model.named_modules("", false))
         by_kohya[kohya_name(item.key())] = item.key();
@@ -103,18 +111,22 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
             if (!ends_with(key, suffix)) continue;
             const std::string stem = key.substr(0, key.size() - std::strlen(suffix));
             std::string module_path;
-            if (starts_with(stem, "lora_unet_")) {
+            if (target_model == LoRAModel::kUNet && starts_with(stem, "lora_unet_")) {
                 auto it = by_kohya.find(stem);
                 if (it == by_kohya.end()) {
                     throw FormatError(path.string(), "'" + key + "' names no module of this model");
                 }
                 module_path = it->second;
-            } else if (starts_with(stem, "unet.")) {
-                module_path = stem.substr(5);
-            } else {
+            } else if (starts_with(stem, peft_prefix)) {
+                module_path = stem.substr(peft_prefix.size());
+            } else if (target_model == LoRAModel::kUNet) {
                 throw FormatError(path.string(), "'" + key +
                                                      "' is neither a kohya (lora_unet_...) "
                                                      "nor a PEFT (unet....) UNet LoRA key");
+            } else {
+                throw FormatError(path.string(), "'" + key +
+                                                     "' is not a Flux transformer LoRA key "
+                                                     "(transformer.<module>.lora_A.weight)");
             }
             LoRAOptions o;
             o.rank = tensor.size(0);
@@ -129,8 +141,12 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
             per_module[it->second].alpha = tensor.item<double>();
         }
     }
-    if (per_module.empty()) throw FormatError(path.string(), "holds no UNet LoRA weights");
-    LoRANetwork network = LoRANetwork::attach_at(model, per_module);
+    if (per_module.empty()) {
+        throw FormatError(path.string(), target_model == LoRAModel::kUNet
+                                             ? "holds no UNet LoRA weights"
+                                             : "holds no Flux transformer LoRA weights");
+    }
+    LoRANetwork network = LoRANetwork::attach_at(model, per_module, target_model);
     load_lora(network, path);
     return network;
 }
@@ -138,16 +154,18 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
 LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path) {
     const NamedTensors tensors = read_all_tensors(path);
     LoRALoadReport report;
-    const bool kohya = std::any_of(tensors.begin(), tensors.end(), [](const auto& t) {
-        return starts_with(t.first, "lora_unet_");
-    });
+    const bool kohya = network.target_model() == LoRAModel::kUNet &&
+                       std::any_of(tensors.begin(), tensors.end(), [](const auto& t) {
+                           return starts_with(t.first, "lora_unet_");
+                       });
+    const std::string peft_prefix = std::string(lora_file_prefix(network.target_model())) + ".";
     report.layout = kohya ? LoRAFileLayout::kKohya : LoRAFileLayout::kPeft;
 
     // Module path by the name the file uses for it. kohya names replace '.' with '_', so they are
     // looked up in a table built from the network's own paths, never split on '_'.
     std::map<std::string, const LoRATarget*> by_file_name;
     for (const LoRATarget& t : network.targets()) {
-        by_file_name[kohya ? kohya_name(t.path) : "unet." + t.path] = &t;
+        by_file_name[kohya ? kohya_name(t.path) : peft_prefix + t.path] = &t;
     }
     std::map<std::string, LoadedPair> pairs;
     std::vector<std::string> unknown;

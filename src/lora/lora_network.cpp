@@ -25,6 +25,7 @@ at::Tensor& base_weight(const LoRATarget& t) {
 
 LoRANetwork LoRANetwork::inject(torch::nn::Module& model, const LoRANetworkOptions& options) {
     LoRANetwork net;
+    net.target_model_ = options.rules.model;
     TargetRules rules = options.rules;
     rules.conv = options.conv.has_value();
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
@@ -56,8 +57,10 @@ LoRANetwork LoRANetwork::inject(torch::nn::Module& model, const LoRANetworkOptio
 }
 
 LoRANetwork LoRANetwork::attach_at(torch::nn::Module& model,
-                                   const std::map<std::string, LoRAOptions>& per_module) {
+                                   const std::map<std::string, LoRAOptions>& per_module,
+                                   LoRAModel target_model) {
     LoRANetwork net;
+    net.target_model_ = target_model;
     std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
     for (const auto& item : model.named_modules("", false)) modules[item.key()] = item.value();
     for (const auto& [path, options] : per_module) {

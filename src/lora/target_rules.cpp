@@ -33,11 +33,22 @@ bool is_block_conv(const std::string& path) {
            (ends_with(path, ".conv1") || ends_with(path, ".conv2") || ends_with(path, ".conv"));
 }
 
+bool is_flux_block_linear(const std::string& path) {
+    return path.rfind("transformer_blocks.", 0) == 0 ||
+           path.rfind("single_transformer_blocks.", 0) == 0;
+}
+
 }  // namespace
+
+const char* lora_file_prefix(LoRAModel model) {
+    return model == LoRAModel::kFluxTransformer ? "transformer" : "unet";
+}
 
 bool is_lora_target(const std::string& path, LayerKind kind, const TargetRules& rules) {
     bool selected = false;
-    if (kind == LayerKind::kConv3x3) {
+    if (rules.model == LoRAModel::kFluxTransformer) {
+        selected = kind == LayerKind::kLinear && is_flux_block_linear(path);
+    } else if (kind == LayerKind::kConv3x3) {
         selected = rules.conv && is_block_conv(path);
     } else {
         selected = is_transformer_projection(path);

@@ -10,6 +10,9 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/model/flow_match.h"
+#include "loom/model/flux_transformer.h"
+#include "loom/model/t5_encoder.h"
 #include "loom/model/tensor_file.h"
 
 namespace loom {
@@ -279,6 +282,97 @@ NoiseScheduleConfig read_scheduler_config(const fs::path& path) {
     return c;
 }
 
+FlowMatchConfig read_flow_match_config(const fs::path& path) {
+    const ConfigReader r(path);
+    FlowMatchConfig c;
+    c.num_train_timesteps = r.integer("num_train_timesteps", c.num_train_timesteps);
+    c.shift = r.number("shift", c.shift);
+    c.use_dynamic_shifting = r.boolean("use_dynamic_shifting", c.use_dynamic_shifting);
+    c.base_shift = r.number("base_shift", c.base_shift);
+    c.max_shift = r.number("max_shift", c.max_shift);
+    c.base_image_seq_len = r.integer("base_image_seq_len", c.base_image_seq_len);
+    c.max_image_seq_len = r.integer("max_image_seq_len", c.max_image_seq_len);
+    for (const char* key : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
+                            "invert_sigmas", "stochastic_sampling"}) {
+        r.require_default<bool>(key, false);
+    }
+    r.require_null("shift_terminal");
+    r.require_default<std::string>("time_shift_type", "exponential");
+    if (c.num_train_timesteps < 1 || c.max_image_seq_len <= c.base_image_seq_len) {
+        r.fail("num_train_timesteps", "and max_image_seq_len > base_image_seq_len are required");
+    }
+    return c;
+}
+
+FluxConfig read_flux_config(const fs::path& path) {
+    const ConfigReader r(path);
+    r.require_default<int64_t>("patch_size", 1);
+    FluxConfig c;
+    c.in_channels = r.integer("in_channels", c.in_channels);
+    c.out_channels = r.integer("out_channels", c.in_channels);  // null: in_channels
+    c.num_layers = r.integer("num_layers", c.num_layers);
+    c.num_single_layers = r.integer("num_single_layers", c.num_single_layers);
+    c.attention_head_dim = r.integer("attention_head_dim", c.attention_head_dim);
+    c.num_attention_heads = r.integer("num_attention_heads", c.num_attention_heads);
+    c.joint_attention_dim = r.integer("joint_attention_dim", c.joint_attention_dim);
+    c.pooled_projection_dim = r.integer("pooled_projection_dim", c.pooled_projection_dim);
+    c.guidance_embeds = r.boolean("guidance_embeds", false);
+    c.axes_dims_rope = r.per_block("axes_dims_rope", 3, 0);
+    if (!r.has("axes_dims_rope")) c.axes_dims_rope = {16, 56, 56};
+    int64_t rope = 0;
+    for (const int64_t d : c.axes_dims_rope) {
+        if (d <= 0 || d % 2 != 0) r.fail("axes_dims_rope", "entries must be positive and even");
+        rope += d;
+    }
+    if (rope != c.attention_head_dim) {
+        r.fail("axes_dims_rope", "must sum to attention_head_dim (" +
+                                     std::to_string(c.attention_head_dim) + "), not " +
+                                     std::to_string(rope));
+    }
+    if (c.in_channels % 4 != 0) {
+        r.fail("in_channels", "must be 4 x the VAE's latent channels (2x2 packing)");
+    }
+    return c;
+}
+
+T5Config read_t5_config(const fs::path& path) {
+    const ConfigReader r(path);
+    const std::string type = r.text("model_type", "t5");
+    if (type != "t5" && type != "umt5") {
+        r.fail("model_type", "is '" + type + "'; loom's T5 encoder reads t5 or umt5 configs");
+    }
+    T5Config c;
+    c.bias_in_every_layer = type == "umt5";
+    c.vocab_size = r.integer("vocab_size", c.vocab_size);
+    c.d_model = r.integer("d_model", c.d_model);
+    c.d_kv = r.integer("d_kv", c.d_kv);
+    c.d_ff = r.integer("d_ff", c.d_ff);
+    c.num_layers = r.integer("num_layers", c.num_layers);
+    c.num_heads = r.integer("num_heads", c.num_heads);
+    c.relative_attention_num_buckets =
+        r.integer("relative_attention_num_buckets", c.relative_attention_num_buckets);
+    c.relative_attention_max_distance =
+        r.integer("relative_attention_max_distance", c.relative_attention_max_distance);
+    c.layer_norm_epsilon = r.number("layer_norm_epsilon", c.layer_norm_epsilon);
+    // transformers' rule: "gated-gelu" means gated gelu_new; otherwise "[gated-]ACT".
+    const std::string proj = r.text("feed_forward_proj", "relu");
+    c.gated_act = proj.rfind("gated-", 0) == 0;
+    c.act = c.gated_act ? proj.substr(6) : proj;
+    if (proj == "gated-gelu") c.act = "gelu_new";
+    if (c.act != "gelu_new" && c.act != "gelu" && c.act != "relu" && c.act != "silu") {
+        r.fail("feed_forward_proj", "is '" + proj +
+                                        "'; loom implements relu, gelu, gelu_new and silu, "
+                                        "gated or not");
+    }
+    if (c.num_layers < 1 || c.num_heads < 1 || c.d_kv < 1 || c.d_model < 1 ||
+        c.relative_attention_num_buckets < 4) {
+        r.fail("num_layers",
+               "and num_heads, d_kv, d_model, relative_attention_num_buckets must "
+               "be positive (buckets at least 4)");
+    }
+    return c;
+}
+
 std::vector<fs::path> find_weight_files(const fs::path& dir) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) throw IoError(dir.string(), "component folder does not exist");
@@ -324,7 +418,8 @@ std::vector<fs::path> find_weight_files(const fs::path& dir) {
 }
 
 std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>& files,
-                         const std::string& what, const std::string& base_prefix) {
+                         const std::string& what, const std::string& base_prefix,
+                         const std::map<std::string, std::string>& tied) {
     std::map<std::string, at::Tensor> targets;
     for (const auto& item : module.named_parameters(true)) targets[item.key()] = item.value();
     for (const auto& item : module.named_buffers(true)) targets[item.key()] = item.value();
@@ -339,6 +434,10 @@ std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>&
         const SafetensorsFile file = SafetensorsFile::open(path);
         for (const TensorInfo& info : file.tensors()) {
             auto it = targets.find(info.name);
+            if (it == targets.end()) {
+                const auto alias = tied.find(info.name);
+                if (alias != tied.end()) it = targets.find(alias->second);
+            }
             if (it == targets.end() && !base_prefix.empty())
                 it = targets.find(base_prefix + info.name);
             if (it == targets.end()) {
@@ -379,6 +478,11 @@ std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>&
         throw FormatError(files.empty() ? what : files.front().parent_path().string(), msg);
     }
     return loaded.size();
+}
+
+std::size_t load_t5_weights(T5EncoderModelImpl& model, const std::vector<fs::path>& files,
+                            const std::string& what) {
+    return load_weights(model, files, what, "", {{"encoder.embed_tokens.weight", "shared.weight"}});
 }
 
 void save_weights(const torch::nn::Module& module, const fs::path& file) {

@@ -1,10 +1,13 @@
 // loom side of tests/parity/check_lora_interop.py: attaches seeded random LoRAs to a parity
-// model's UNet, saves them in both file layouts, and writes the UNet output with them applied,
-// so the check can load the files into diffusers the way users do and compare the numbers.
+// model's UNet (or Flux transformer), saves them in both file layouts (Flux: PEFT only), and
+// writes the denoiser's output with them applied, so the check can load the files into diffusers
+// the way users do and compare the numbers.
 //
 //   lora_interop_export MODEL_DIR CASE_INPUTS OUT_DIR
 //
-// CASE_INPUTS holds sample, timestep, encoder_hidden_states (+ text_embeds, time_ids for SDXL).
+// CASE_INPUTS holds sample, timestep, encoder_hidden_states (+ text_embeds, time_ids for SDXL);
+// for a FluxPipeline folder, the transformer case (hidden_states, ..., guidance), and only the
+// `linear` variant is written (Flux LoRAs target Linear layers only).
 // For each variant (`linear`: transformer projections at rank 4, alpha 2; `conv`: the same plus
 // 3x3 convolutions at rank 2, alpha 1) it writes to OUT_DIR
 //   <variant>.kohya.safetensors  <variant>.peft.safetensors  (float32)
@@ -23,6 +26,7 @@
 #include "loom/core/error.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
+#include "loom/model/flux_model.h"
 #include "loom/model/stable_diffusion.h"
 #include "loom/model/tensor_file.h"
 
@@ -54,6 +58,33 @@ void fill_random(const loom::LoRANetwork& network, uint64_t seed) {
     }
 }
 
+// The Flux variant: every Linear of the transformer blocks at rank 4, alpha 2, PEFT layout.
+int export_flux(const loom::DiffusersFolder& folder, const loom::NamedTensors& inputs,
+                const std::filesystem::path& out_dir) {
+    loom::FluxTransformer2DModel transformer = loom::load_flux_transformer(folder);
+    loom::LoRANetworkOptions options;
+    options.linear.rank = 4;
+    options.linear.alpha = 2.0;
+    options.rules.model = loom::LoRAModel::kFluxTransformer;
+    loom::LoRANetwork network = loom::LoRANetwork::inject(*transformer, options);
+    fill_random(network, 99);
+    const std::string stem = (out_dir / "linear").string();
+    loom::save_lora(network, stem + ".peft.safetensors", loom::LoRAFileLayout::kPeft, at::kFloat,
+                    {});
+    torch::NoGradGuard no_grad;
+    const loom::FluxInputs in{input(inputs, "hidden_states", true),
+                              input(inputs, "encoder_hidden_states", true),
+                              input(inputs, "pooled_projections", true),
+                              input(inputs, "timestep", true),
+                              input(inputs, "img_ids", true),
+                              input(inputs, "txt_ids", true),
+                              input(inputs, "guidance", false)};
+    loom::write_tensors(stem + ".output.safetensors", {{"sample", transformer->forward(in)}});
+    std::cout << "linear: " << network.targets().size() << " modules (Flux transformer blocks)"
+              << std::endl;
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,8 +95,10 @@ int main(int argc, char** argv) {
     try {
         const std::filesystem::path out_dir = argv[3];
         std::filesystem::create_directories(out_dir);
-        loom::UNet2DConditionModel unet = loom::load_unet(loom::read_diffusers_folder(argv[1]));
+        const loom::DiffusersFolder folder = loom::read_diffusers_folder(argv[1]);
         const loom::NamedTensors inputs = loom::read_all_tensors(argv[2]);
+        if (loom::is_flux_pipeline(folder)) return export_flux(folder, inputs, out_dir);
+        loom::UNet2DConditionModel unet = loom::load_unet(folder);
 
         loom::LoRAOptions linear;
         linear.rank = 4;

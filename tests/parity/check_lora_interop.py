@@ -5,13 +5,14 @@
 
 For sd1 and sdxl, runs lora_interop_export (seeded random LoRAs with alpha != rank, with and
 without 3x3 convs, saved in the kohya and peft layouts, plus loom's UNet output with them
-applied), then for every file:
+applied), and for flux (the transformer blocks' Linear layers, peft layout, as ai-toolkit saves
+Flux LoRAs), then for every file:
   - builds the pipeline with from_pretrained(REF_DIR/<model>) and calls
     pipe.load_lora_weights(folder, weight_name=file), failing on any diffusers/peft warning;
   - checks the modules diffusers gave a LoRA are exactly the file's modules, and that each one's
     change scaling * B @ A equals the file's (alpha / rank) * up @ down (every key consumed, with
     the right scale);
-  - runs pipe.unet on the case inputs and compares with loom's output (max abs error <= 1e-4),
+  - runs pipe.unet (pipe.transformer) on the case inputs and compares with loom's output (max abs error <= 1e-4),
     after checking the LoRA moves the output well beyond that tolerance.
 Prints one line per check and a final 'N passed, N failed' line; exits 1 on any failure.
 """
@@ -29,7 +30,7 @@ from safetensors.torch import load_file
 
 import diffusers
 import transformers
-from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
+from diffusers import FluxPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline
 
 TOLERANCE = 1e-4         # UNet output, loom vs diffusers (float32 on the CPU)
 DELTA_TOLERANCE = 1e-6   # per-module weight change, relative to its largest entry
@@ -39,13 +40,12 @@ MIN_EFFECT = 1e-2        # the LoRA must move the output by at least this much
 BENIGN = re.compile(r"No LoRA keys associated to CLIPTextModel(WithProjection)? found with the "
                     r"prefix='text_encoder(_2)?'")
 
-# (model folder, pipeline class, case inputs)
+# (model folder, pipeline class, case inputs, variants, layouts)
 MODELS = [
-    ("sd1", StableDiffusionPipeline, "sd1_unet"),
-    ("sdxl", StableDiffusionXLPipeline, "sdxl_unet"),
+    ("sd1", StableDiffusionPipeline, "sd1_unet", ["linear", "conv"], ["kohya", "peft"]),
+    ("sdxl", StableDiffusionXLPipeline, "sdxl_unet", ["linear", "conv"], ["kohya", "peft"]),
+    ("flux", FluxPipeline, "flux_transformer", ["linear"], ["peft"]),
 ]
-VARIANTS = ["linear", "conv"]
-LAYOUTS = ["kohya", "peft"]
 
 
 class Checks:
@@ -93,7 +93,7 @@ def file_deltas(path):
             continue
         down, up = found[parts[0]], found[parts[1]]
         scale = found[".alpha"].item() / down.shape[0] if kohya else 1.0
-        deltas[stem if kohya else stem.removeprefix("unet.")] = \
+        deltas[stem if kohya else stem.removeprefix("unet.").removeprefix("transformer.")] = \
             (up.flatten(1) @ down.flatten(1)) * scale
     return deltas, len(tensors), stray
 
@@ -122,7 +122,14 @@ def first(items, n=3):
     return ", ".join(items[:n]) + (", ..." if len(items) > n else "")
 
 
+def denoiser(pipe):
+    return pipe.transformer if hasattr(pipe, "transformer") else pipe.unet
+
+
 def run_unet(pipe, inputs):
+    if hasattr(pipe, "transformer"):
+        with torch.no_grad():
+            return pipe.transformer(**inputs).sample
     kwargs = {}
     if "text_embeds" in inputs:
         kwargs["added_cond_kwargs"] = {"text_embeds": inputs["text_embeds"],
@@ -160,11 +167,11 @@ def check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs, l
 
     kohya = weight_name.endswith(".kohya.safetensors")
     want, num_keys, stray = file_deltas(os.path.join(folder, weight_name))
-    adapters = list(getattr(pipe.unet, "peft_config", {}))
-    if not checks.report(len(adapters) == 1, f"{what} one adapter on the unet",
+    adapters = list(getattr(denoiser(pipe), "peft_config", {}))
+    if not checks.report(len(adapters) == 1, f"{what} one adapter on the denoiser",
                          f"adapters {adapters}"):
         return
-    got = diffusers_deltas(pipe.unet, adapters[0], kohya)
+    got = diffusers_deltas(denoiser(pipe), adapters[0], kohya)
     missing = set(want) - set(got)
     extra = set(got) - set(want)
     detail = f"{len(got)} diffusers LoRA modules, {len(want)} in the file ({num_keys} keys)"
@@ -214,7 +221,7 @@ def main(exporter, ref):
 
     checks = Checks()
     with tempfile.TemporaryDirectory() as tmp:
-        for model, pipeline_class, case in MODELS:
+        for model, pipeline_class, case, variants, layouts in MODELS:
             model_dir = os.path.join(ref, model)
             inputs_path = os.path.join(ref, "cases", f"{case}.inputs.safetensors")
             folder = os.path.join(tmp, model)
@@ -224,9 +231,9 @@ def main(exporter, ref):
                                  (run.stdout + run.stderr).strip().replace("\n", "; ")):
                 continue
             inputs = load_file(inputs_path)
-            for variant in VARIANTS:
+            for variant in variants:
                 loom_out = load_file(os.path.join(folder, f"{variant}.output.safetensors"))["sample"]
-                for layout in LAYOUTS:
+                for layout in layouts:
                     weight_name = f"{variant}.{layout}.safetensors"
                     check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs,
                                loom_out, capture)

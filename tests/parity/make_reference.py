@@ -9,6 +9,8 @@ Writes, with fixed seeds:
   OUT/sdxl/  a StableDiffusionXLPipeline folder (two text encoders, text_time UNet)
   OUT/cases/<name>.inputs.safetensors and <name>.expected.safetensors for each component
   OUT/cases/scheduler.safetensors  DDPM/DDIM/Euler reference values
+  OUT/t5_tokenizer/, OUT/t5/, OUT/umt5/ and their cases (t5_reference.py)
+  OUT/flux/, OUT/flux_schnell/ and their cases (flux_reference.py)
 Everything is float32 on the CPU.
 """
 import json
@@ -19,8 +21,12 @@ from collections import Counter
 import torch
 from safetensors.torch import save_file
 
+from reference_cases import save_case
+
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler,
                        StableDiffusionPipeline, StableDiffusionXLPipeline, UNet2DConditionModel)
+import flux_reference
+import t5_reference
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
                           CLIPTokenizer)
 
@@ -149,11 +155,6 @@ def build_sdxl(out, vocab_folder, vocab_size):
     return pipe
 
 
-def save_case(cases, name, inputs, expected):
-    save_file({k: v.contiguous() for k, v in inputs.items()},
-              os.path.join(cases, f"{name}.inputs.safetensors"))
-    save_file({k: v.detach().contiguous() for k, v in expected.items()},
-              os.path.join(cases, f"{name}.expected.safetensors"))
 
 
 PROMPTS = ["a photo of a cat", "sks style portrait, highly detailed",
@@ -255,6 +256,8 @@ def main(out):
         ref[f"euler_{pred}_scaled"] = torch.stack(scaled)
         ref[f"euler_{pred}_samples"] = torch.stack(outs)
     save_file({k: v.contiguous() for k, v in ref.items()}, os.path.join(cases, "scheduler.safetensors"))
+    t5, t5_tokenizer = t5_reference.build(out, cases)
+    flux_reference.build(out, cases, sd1.text_encoder, sd1.tokenizer, t5, t5_tokenizer)
     print(f"parity references written to {out}")
 
 

@@ -1,9 +1,10 @@
 #pragma once
 
-// LoRA files (formats.md §6): the kohya layout that ai-toolkit writes for SD 1.x / SDXL
+// LoRA files (formats.md §6): the kohya layout that ai-toolkit writes for SD 1.x / SDXL UNets
 //   lora_unet_<module path with '_'>.lora_down.weight / .lora_up.weight / .alpha
-// and the PEFT layout diffusers writes
+// and the PEFT layout diffusers writes (and ai-toolkit, for Flux)
 //   unet.<module path>.lora_A.weight / .lora_B.weight
+//   transformer.<module path>.lora_A.weight / .lora_B.weight  (Flux: PEFT only)
 // (alpha/rank folded into lora_B, so loaders that assume scale 1 — diffusers without adapter
 // metadata — apply the same change). Both load into ComfyUI and diffusers.
 
@@ -23,7 +24,8 @@ enum class LoRAFileLayout { kKohya, kPeft };
 LoRAFileLayout parse_lora_layout(const std::string& text);
 
 // Writes the network's weights at `dtype` (the job's save.dtype) with `metadata` (ss_* keys,
-// training_info, the job's meta block), plus "format": "pt". Atomic.
+// training_info, the job's meta block), plus "format": "pt". Atomic. Throws loom::Error for the
+// kohya layout of a Flux network.
 void save_lora(const LoRANetwork& network, const std::filesystem::path& path, LoRAFileLayout layout,
                at::ScalarType dtype, SafetensorsMetadata metadata);
 
@@ -39,6 +41,7 @@ LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path
 
 // Builds a network shaped like the file (its modules, ranks and alphas) on `model` and loads it:
 // what `loom sample --lora` does with any kohya or PEFT LoRA for this model.
-LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path);
+LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path,
+                              LoRAModel target_model = LoRAModel::kUNet);
 
 }  // namespace loom

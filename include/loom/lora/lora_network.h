@@ -1,8 +1,8 @@
 #pragma once
 
-// The set of LoRAs attached to a UNet: created by name rules (target_rules.h), trained as one
-// parameter list, merged into or removed from the base, and saved or loaded as a file
-// (lora_file.h).
+// The set of LoRAs attached to a UNet or a Flux transformer: created by name rules
+// (target_rules.h), trained as one parameter list, merged into or removed from the base, and saved
+// or loaded as a file (lora_file.h).
 
 #include <torch/nn/module.h>
 
@@ -38,13 +38,16 @@ class LoRANetwork {
     // lora_file.h load_lora_network). Throws loom::Error naming a path that is not a Linear or
     // Conv2d of `model`.
     static LoRANetwork attach_at(torch::nn::Module& model,
-                                 const std::map<std::string, LoRAOptions>& per_module);
+                                 const std::map<std::string, LoRAOptions>& per_module,
+                                 LoRAModel target_model = LoRAModel::kUNet);
     ~LoRANetwork();
     LoRANetwork(LoRANetwork&&) noexcept = default;
     LoRANetwork& operator=(LoRANetwork&&) noexcept = default;
 
     const std::vector<LoRATarget>& targets() const { return targets_; }
     const LoRATarget* find(const std::string& path) const;
+    // The model the network is for (its file prefix and layouts, lora_file.h).
+    LoRAModel target_model() const { return target_model_; }
     // Every trainable tensor (down and up of each LoRA), in target order.
     std::vector<at::Tensor> parameters() const;
 
@@ -63,6 +66,7 @@ class LoRANetwork {
   private:
     LoRANetwork() = default;
     std::vector<LoRATarget> targets_;
+    LoRAModel target_model_ = LoRAModel::kUNet;
     bool merged_ = false;
     bool attached_ = true;
 };

@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,13 @@
 #include "loom/model/unet_2d_condition.h"
 
 namespace loom {
+
+// Declared here, defined with their models (flow_match.h, flux_transformer.h, t5_encoder.h), so
+// that this header does not pull them into every file that reads a folder.
+struct FlowMatchConfig;
+struct FluxConfig;
+struct T5Config;
+class T5EncoderModelImpl;
 
 struct DiffusersComponent {
     std::string name;        // "unet", "text_encoder_2", ...
@@ -42,6 +50,14 @@ VAEConfig read_vae_config(const std::filesystem::path& config_json);
 CLIPTextConfig read_clip_text_config(const std::filesystem::path& config_json,
                                      bool with_projection);
 NoiseScheduleConfig read_scheduler_config(const std::filesystem::path& config_json);
+// A FlowMatchEulerDiscreteScheduler scheduler_config.json: the options it does not implement
+// (karras/exponential/beta sigmas, shift_terminal, stochastic sampling, inverted sigmas, a linear
+// time shift) must keep their defaults.
+FlowMatchConfig read_flow_match_config(const std::filesystem::path& config_json);
+// A FluxTransformer2DModel config.json (patch_size 1 only: Flux.1 dev and schnell).
+FluxConfig read_flux_config(const std::filesystem::path& config_json);
+// A T5EncoderModel or UMT5EncoderModel config.json (model_type "t5" or "umt5").
+T5Config read_t5_config(const std::filesystem::path& config_json);
 
 // The weight files of a component folder: the index's shards, else the single weight file
 // (preferring full precision over an fp16/bf16 variant).
@@ -51,10 +67,18 @@ std::vector<std::filesystem::path> find_weight_files(const std::filesystem::path
 // Missing or unexpected keys and shape mismatches raise one FormatError listing the first
 // offenders and a hint. `base_prefix` is transformers' base_model_prefix: a file key without it
 // also matches the module key with it (transformers 5 saves CLIPTextModel as "embeddings...",
-// transformers 4 and the SD checkpoints as "text_model.embeddings..."). Returns the number of
-// tensors loaded.
+// transformers 4 and the SD checkpoints as "text_model.embeddings..."). `tied` maps file keys
+// that are copies of a tied module key onto it (T5's "encoder.embed_tokens.weight" is
+// "shared.weight"). Returns the number of tensors loaded.
 std::size_t load_weights(torch::nn::Module& module, const std::vector<std::filesystem::path>& files,
-                         const std::string& what, const std::string& base_prefix = "");
+                         const std::string& what, const std::string& base_prefix = "",
+                         const std::map<std::string, std::string>& tied = {});
+
+// T5EncoderModel / UMT5EncoderModel weights: "encoder.embed_tokens.weight" is tied to
+// "shared.weight", and either (or both) may be in the files.
+std::size_t load_t5_weights(T5EncoderModelImpl& model,
+                            const std::vector<std::filesystem::path>& files,
+                            const std::string& what);
 
 // Saves a module's parameters and buffers as one safetensors file (diffusers key names).
 void save_weights(const torch::nn::Module& module, const std::filesystem::path& file);

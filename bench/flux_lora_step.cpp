@@ -1,0 +1,75 @@
+// loom side of scripts/bench_flux.sh: one LoRA training step of the benchmark Flux transformer
+// on the CPU — forward, flow-matching MSE, backward, loom's AdamW on the LoRA parameters — the
+// same work as bench/flux_lora_step.py does with diffusers + peft.
+//
+//   flux_lora_step MODEL_DIR THREADS REPEATS BATCH LATENT_SIZE TEXT_TOKENS RANK
+//
+// Prints "step_seconds <s>" per timed step.
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+
+#include "loom/lora/lora_network.h"
+#include "loom/model/flow_match.h"
+#include "loom/model/flux_model.h"
+#include "loom/train/adamw.h"
+
+int main(int argc, char** argv) {
+    if (argc < 8) {
+        std::cerr << "usage: flux_lora_step MODEL_DIR THREADS REPEATS BATCH LATENT_SIZE "
+                     "TEXT_TOKENS RANK\n";
+        return 2;
+    }
+    const int threads = std::stoi(argv[2]);
+    const int repeats = std::stoi(argv[3]);
+    const int64_t batch = std::stoll(argv[4]);
+    const int64_t size = std::stoll(argv[5]);
+    const int64_t tokens = std::stoll(argv[6]);
+    const int64_t rank = std::stoll(argv[7]);
+    at::set_num_threads(threads);
+    at::set_num_interop_threads(1);
+
+    loom::FluxTransformer2DModel model =
+        loom::load_flux_transformer(loom::read_diffusers_folder(argv[1]));
+    for (auto& p : model->parameters()) p.requires_grad_(false);
+    loom::LoRANetworkOptions options;
+    options.linear.rank = rank;
+    options.linear.alpha = static_cast<double>(rank);
+    options.rules.model = loom::LoRAModel::kFluxTransformer;
+    loom::LoRANetwork network = loom::LoRANetwork::inject(*model, options);
+    network.set_training(true);
+    loom::AdamWOptions adam;
+    adam.weight_decay = 0.01;
+    loom::AdamW optimizer(network.parameters(), adam);
+    model->train();
+
+    torch::manual_seed(0);
+    const loom::FluxConfig& c = model->config();
+    const at::Tensor latents = torch::randn({batch, c.in_channels / 4, size, size});
+    const at::Tensor x0 = loom::flux_pack_latents(latents);
+    const at::Tensor noise = torch::randn(x0.sizes());
+    loom::FluxInputs in;
+    in.encoder_hidden_states = torch::randn({batch, tokens, c.joint_attention_dim});
+    in.pooled_projections = torch::randn({batch, c.pooled_projection_dim});
+    in.img_ids = loom::flux_image_ids(size, size, at::kFloat);
+    in.txt_ids = loom::flux_text_ids(tokens, at::kFloat);
+    in.timestep = torch::full({batch}, 0.6f);
+    in.guidance = torch::ones({batch});
+    const at::Tensor t = in.timestep * 1000;
+    for (int i = 0; i < repeats + 1; ++i) {  // the first step warms up and is not printed
+        const auto start = std::chrono::steady_clock::now();
+        in.hidden_states = loom::flow_match_add_noise(x0, noise, t);
+        const at::Tensor pred = model->forward(in);
+        at::mse_loss(pred, loom::flow_match_target(x0, noise)).backward();
+        optimizer.step(1e-4);
+        optimizer.zero_grad();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (i > 0) std::cout << "step_seconds " << s << std::endl;
+    }
+    return 0;
+}

@@ -1,0 +1,129 @@
+// Flux LoRAs: ai-toolkit's targets (every Linear of the double- and single-stream blocks, nothing
+// outside them), the PEFT layout with the "transformer." prefix it saves, and the kohya layout
+// refused. Loading into diffusers' FluxPipeline is checked by tests/parity/check_lora_interop.py.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <set>
+
+#include "loom/core/error.h"
+#include "loom/lora/lora_file.h"
+#include "loom/lora/lora_network.h"
+#include "loom/model/flux_transformer.h"
+#include "loom/model/tensor_file.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(FluxTargetRules, BlockLinearsOnly) {
+    TargetRules flux;
+    flux.model = LoRAModel::kFluxTransformer;
+    for (const char* path :
+         {"transformer_blocks.0.attn.to_q", "transformer_blocks.3.attn.add_k_proj",
+          "transformer_blocks.0.attn.to_out.0", "transformer_blocks.0.ff.net.0.proj",
+          "transformer_blocks.0.ff_context.net.2", "transformer_blocks.1.norm1.linear",
+          "transformer_blocks.1.norm1_context.linear", "single_transformer_blocks.7.proj_out",
+          "single_transformer_blocks.0.proj_mlp", "single_transformer_blocks.2.norm.linear"}) {
+        EXPECT_TRUE(is_lora_target(path, LayerKind::kLinear, flux)) << path;
+    }
+    for (const char* path : {"x_embedder", "context_embedder", "proj_out", "norm_out.linear",
+                             "time_text_embed.timestep_embedder.linear_1"}) {
+        EXPECT_FALSE(is_lora_target(path, LayerKind::kLinear, flux)) << path;
+    }
+    flux.conv = true;
+    EXPECT_FALSE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kConv3x3, flux));
+    flux.ignore_if_contains = {"single_transformer_blocks"};
+    EXPECT_FALSE(is_lora_target("single_transformer_blocks.0.proj_mlp", LayerKind::kLinear, flux));
+    EXPECT_TRUE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kLinear, flux));
+    // The UNet rule does not pick Flux's names, nor the Flux rule a UNet's.
+    EXPECT_FALSE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kLinear, {}));
+    EXPECT_FALSE(is_lora_target("down_blocks.0.attentions.0.proj_in", LayerKind::kLinear,
+                                TargetRules{LoRAModel::kFluxTransformer}));
+    EXPECT_STREQ(lora_file_prefix(LoRAModel::kFluxTransformer), "transformer");
+    EXPECT_STREQ(lora_file_prefix(LoRAModel::kUNet), "unet");
+}
+
+class FluxLoRATest : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        torch::manual_seed(0);
+        FluxConfig c;
+        c.in_channels = c.out_channels = 16;
+        c.num_layers = 1;
+        c.num_single_layers = 1;
+        c.attention_head_dim = 8;
+        c.num_attention_heads = 2;
+        c.joint_attention_dim = 12;
+        c.pooled_projection_dim = 10;
+        c.axes_dims_rope = {2, 2, 4};
+        model = FluxTransformer2DModel(c);
+        model->eval();
+        in.hidden_states = torch::randn({1, 6, 16});
+        in.encoder_hidden_states = torch::randn({1, 3, 12});
+        in.pooled_projections = torch::randn({1, 10});
+        in.timestep = torch::tensor({0.5f});
+        in.img_ids = flux_image_ids(4, 6, at::kFloat);
+        in.txt_ids = flux_text_ids(3, at::kFloat);
+        in.guidance = torch::tensor({3.5f});
+        file = fs::temp_directory_path() /
+               ("loom_flux_lora_" + std::to_string(::getpid()) + ".safetensors");
+    }
+    void TearDown() override { fs::remove(file); }
+    at::Tensor run() {
+        torch::NoGradGuard no_grad;
+        return model->forward(in);
+    }
+    LoRANetworkOptions options() {
+        LoRANetworkOptions o;
+        o.linear.rank = 2;
+        o.linear.alpha = 1.0;
+        o.rules.model = LoRAModel::kFluxTransformer;
+        return o;
+    }
+    FluxTransformer2DModel model{nullptr};
+    FluxInputs in;
+    fs::path file;
+};
+
+TEST_F(FluxLoRATest, TargetsEveryBlockLinearAndStartsAsIdentity) {
+    const at::Tensor base = run();
+    LoRANetwork net = LoRANetwork::inject(*model, options());
+    // Double block: norm1, norm1_context, q k v out, add q k v out, ff in/out, ff_context in/out
+    // = 14; single block: norm, q k v, proj_mlp, proj_out = 6.
+    EXPECT_EQ(net.targets().size(), 20u);
+    EXPECT_EQ(net.target_model(), LoRAModel::kFluxTransformer);
+    EXPECT_TRUE(torch::equal(run(), base));
+    net.detach();
+}
+
+TEST_F(FluxLoRATest, PeftFileWithTheTransformerPrefixRoundTrips) {
+    LoRANetwork net = LoRANetwork::inject(*model, options());
+    {
+        torch::NoGradGuard no_grad;
+        for (auto& t : net.targets()) t.adapter->up.normal_(0, 0.1);
+    }
+    const at::Tensor adapted = run();
+    save_lora(net, file, LoRAFileLayout::kPeft, at::kFloat, {});
+    EXPECT_THROW(save_lora(net, file.string() + ".kohya", LoRAFileLayout::kKohya, at::kFloat, {}),
+                 Error);
+    net.detach();
+    std::set<std::string> prefixes;
+    for (const auto& [key, tensor] : read_all_tensors(file)) {
+        prefixes.insert(key.substr(0, key.find('.')));
+    }
+    EXPECT_EQ(prefixes, std::set<std::string>{"transformer"});
+
+    LoRANetwork loaded = load_lora_network(*model, file, LoRAModel::kFluxTransformer);
+    EXPECT_EQ(loaded.targets().size(), 20u);
+    EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-6);
+    loaded.detach();
+    // A UNet-rule load of a Flux file names the key it cannot place.
+    EXPECT_THROW(load_lora_network(*model, file), FormatError);
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,177 @@
+"""Flux.1 references for loom's parity tests (issue 18): a tiny random FluxPipeline folder made
+with diffusers and transformers, never downloaded, and reference outputs of its parts.
+
+Called by make_reference.py with the tiny CLIP text encoder/tokenizer and the tiny T5 encoder/
+tokenizer it built. Writes under OUT:
+  flux/          a FluxPipeline folder (dev: the transformer has a guidance embedding; the VAE has
+                 16 latent channels, a shift_factor and no quant convs; Flux dev's scheduler config)
+  flux_schnell/transformer/  the same transformer shape without the guidance embedding
+  cases/flux_transformer.*, flux_schnell_transformer.*, flux_vae_encode.*, flux_vae_decode.*,
+  flux_packing.* (latent packing and position ids as FluxPipeline does them)
+  cases/flow_match.safetensors: flow-matching schedules, Euler steps and training timesteps
+  cases/flux_prompts.*: FluxPipeline.encode_prompt of three prompts (the prompts in .json)
+Everything is float32 on the CPU.
+"""
+import json
+import os
+
+import torch
+from safetensors.torch import save_file
+
+from reference_cases import save_case
+
+from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline,
+                       FluxTransformer2DModel)
+
+LATENT_CHANNELS = 16
+PROMPT_TOKENS = 32  # max_sequence_length of the prompt case (512 for dev, 256 for schnell)
+
+
+def transformer(guidance, seed):
+    torch.manual_seed(seed)
+    model = FluxTransformer2DModel(patch_size=1, in_channels=4 * LATENT_CHANNELS, num_layers=2,
+                                   num_single_layers=2, attention_head_dim=16,
+                                   num_attention_heads=2, joint_attention_dim=32,
+                                   pooled_projection_dim=32, guidance_embeds=guidance,
+                                   axes_dims_rope=(4, 6, 6)).eval()
+    # diffusers zero-initialises nothing here, but scale up so every path matters.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    return model
+
+
+def vae():
+    torch.manual_seed(21)
+    return AutoencoderKL(block_out_channels=[32, 64], in_channels=3, out_channels=3,
+                         down_block_types=["DownEncoderBlock2D"] * 2,
+                         up_block_types=["UpDecoderBlock2D"] * 2,
+                         latent_channels=LATENT_CHANNELS, layers_per_block=1, norm_num_groups=32,
+                         sample_size=32, use_quant_conv=False, use_post_quant_conv=False,
+                         shift_factor=0.1159, scaling_factor=0.3611).eval()
+
+
+def scheduler():
+    # FLUX.1-dev's scheduler/scheduler_config.json
+    return FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0,
+                                           use_dynamic_shifting=True, base_shift=0.5,
+                                           max_shift=1.15, base_image_seq_len=256,
+                                           max_image_seq_len=4096)
+
+
+
+
+@torch.no_grad()
+def build(out, cases, clip_encoder, clip_tokenizer, t5_encoder, t5_tokenizer):
+    dev = transformer(guidance=True, seed=30)
+    pipe = FluxPipeline(scheduler=scheduler(), vae=vae(), text_encoder=clip_encoder,
+                        tokenizer=clip_tokenizer, text_encoder_2=t5_encoder,
+                        tokenizer_2=t5_tokenizer, transformer=dev)
+    pipe.save_pretrained(os.path.join(out, "flux"), safe_serialization=True)
+    schnell = transformer(guidance=False, seed=31)
+    schnell.save_pretrained(os.path.join(out, "flux_schnell", "transformer"),
+                            safe_serialization=True)
+
+    g = torch.Generator().manual_seed(18)
+    height, width = 8, 12  # latent pixels: 4 x 6 packed tokens
+    latents = torch.randn(2, LATENT_CHANNELS, height, width, generator=g)
+    packed = FluxPipeline._pack_latents(latents, 2, LATENT_CHANNELS, height, width)
+    img_ids = FluxPipeline._prepare_latent_image_ids(2, height // 2, width // 2, "cpu",
+                                                     torch.float32)
+    unpacked = FluxPipeline._unpack_latents(packed, height * pipe.vae_scale_factor,
+                                            width * pipe.vae_scale_factor, pipe.vae_scale_factor)
+    save_case(cases, "flux_packing", {"latents": latents},
+              {"packed": packed, "img_ids": img_ids, "unpacked": unpacked})
+
+    text = torch.randn(2, 7, 32, generator=g)
+    pooled = torch.randn(2, 32, generator=g)
+    txt_ids = torch.zeros(7, 3)
+    timestep = torch.tensor([0.3, 0.95])
+    guidance = torch.tensor([3.5, 1.0])
+    inputs = {"hidden_states": packed, "encoder_hidden_states": text, "pooled_projections": pooled,
+              "timestep": timestep, "img_ids": img_ids, "txt_ids": txt_ids}
+    save_case(cases, "flux_transformer", dict(inputs, guidance=guidance),
+              {"sample": dev(guidance=guidance, **inputs).sample})
+    save_case(cases, "flux_schnell_transformer", inputs, {"sample": schnell(**inputs).sample})
+
+    image = torch.rand(2, 3, 32, 32, generator=g) * 2 - 1
+    dist = pipe.vae.encode(image).latent_dist
+    save_case(cases, "flux_vae_encode", {"sample": image},
+              {"mean": dist.mean, "logvar": dist.logvar})
+    z = torch.randn(2, LATENT_CHANNELS, 8, 8, generator=g)
+    save_case(cases, "flux_vae_decode", {"latents": z}, {"sample": pipe.vae.decode(z).sample})
+    build_scheduler_case(cases)
+
+    # The pipeline's prompt encoding: T5 (max_sequence_length tokens) and CLIP's pooled output.
+    prompts = ["a photo of a cat", "sks style portrait, highly detailed, " * 4, ""]
+    embeds, pooled, _ = pipe.encode_prompt(prompt=prompts, prompt_2=None,
+                                           max_sequence_length=PROMPT_TOKENS)
+    save_case(cases, "flux_prompts", {}, {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled})
+    with open(os.path.join(cases, "flux_prompts.json"), "w") as f:
+        json.dump({"prompts": prompts, "max_sequence_length": PROMPT_TOKENS}, f)
+
+
+def toolkit_shift_timesteps(sched, image_seq_len):
+    """ai-toolkit's set_train_timesteps(1000, timestep_type="shift") on a diffusers scheduler
+    (toolkit/samplers/custom_flowmatch_sampler.py; ai-toolkit is not on PyPI)."""
+    import numpy as np
+    timesteps = np.linspace(sched._sigma_to_t(sched.sigma_max), sched._sigma_to_t(sched.sigma_min),
+                            1000)
+    sigmas = timesteps / sched.config.num_train_timesteps
+    if sched.config.use_dynamic_shifting:
+        c = sched.config
+        m = (c.max_shift - c.base_shift) / (c.max_image_seq_len - c.base_image_seq_len)
+        mu = image_seq_len * m + (c.base_shift - m * c.base_image_seq_len)
+        sigmas = sched.time_shift(mu, 1.0, sigmas)
+    else:
+        sigmas = sched.shift * sigmas / (1 + (sched.shift - 1) * sigmas)
+    return torch.from_numpy(sigmas).to(torch.float32) * sched.config.num_train_timesteps
+
+
+@torch.no_grad()
+def build_scheduler_case(cases):
+    """Flow matching: the Flux pipeline's preview schedule and Euler steps for dev (dynamic
+    shift) and schnell (static shift 1) and a static shift of 3; ai-toolkit's training timestep
+    tables (linear, shift) and its noising."""
+    import numpy as np
+    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+    g = torch.Generator().manual_seed(7)
+    ref = {}
+    configs = {"dev": scheduler(),
+               "schnell": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0,
+                                                           use_dynamic_shifting=False),
+               "static3": FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0,
+                                                           use_dynamic_shifting=False)}
+    for name, sched in configs.items():
+        for steps, seq in [(4, 24), (28, 4096), (20, 1024)]:
+            sigmas = np.linspace(1.0, 1 / steps, steps)
+            mu = calculate_shift(seq, sched.config.get("base_image_seq_len", 256),
+                                 sched.config.get("max_image_seq_len", 4096),
+                                 sched.config.get("base_shift", 0.5),
+                                 sched.config.get("max_shift", 1.15))
+            sched.set_timesteps(sigmas=sigmas, mu=mu)
+            key = f"{name}_{steps}_{seq}"
+            ref[key + "_sigmas"] = sched.sigmas.clone()
+            ref[key + "_timesteps"] = sched.timesteps.clone()
+            if steps == 4:
+                x = torch.randn(1, 24, 64, generator=g)
+                ref[key + "_start"] = x.clone()
+                outs = []
+                for i, t in enumerate(sched.timesteps):
+                    v = torch.randn(1, 24, 64, generator=g)
+                    ref[key + f"_output_{i}"] = v
+                    x = sched.step(v, t, x).prev_sample
+                    outs.append(x)
+                ref[key + "_samples"] = torch.stack(outs)
+        fresh = type(sched).from_config(sched.config)
+        ref[f"{name}_train_shift_24"] = toolkit_shift_timesteps(fresh, 24)
+        ref[f"{name}_train_shift_4096"] = toolkit_shift_timesteps(fresh, 4096)
+    ref["train_linear"] = torch.linspace(1000, 1, 1000)
+    x0 = torch.randn(3, 16, 4, 6, generator=g)
+    noise = torch.randn(3, 16, 4, 6, generator=g)
+    t = torch.tensor([1000.0, 500.0, 1.0])
+    t01 = (t / 1000).view(3, 1, 1, 1)
+    ref.update({"x0": x0, "noise": noise, "t": t, "noisy": (1.0 - t01) * x0 + t01 * noise,
+                "target": noise - x0})
+    save_file({k: v.contiguous() for k, v in ref.items()},
+              os.path.join(cases, "flow_match.safetensors"))
