@@ -31,7 +31,7 @@ accumulation keeping 4 images per step) x low_vram level (0..3) = 24 plans.
 Two model sizes: the bundled base model ("tiny") and the benchmark UNet of bench/throughput.py
 ("small", SD 1.x's shape at 64/128/256 channels) on the same VAE and text encoder.
 
-    bench/ladder_efficiency.py LOOM BASE_MODEL WORKDIR [STEPS=10] [REPEATS=3] [SIZES=tiny,small]
+    bench/ladder_efficiency.py LOOM BASE_MODEL WORKDIR [STEPS=20] [REPEATS=3] [SIZES=tiny,small]
 """
 
 import itertools
@@ -236,7 +236,7 @@ def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     loom, model, work = sys.argv[1:4]
-    steps = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+    steps = int(sys.argv[4]) if len(sys.argv) > 4 else 20
     repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 3
     sizes = (sys.argv[6] if len(sys.argv) > 6 else "tiny,small").split(",")
     shutil.rmtree(work, ignore_errors=True)

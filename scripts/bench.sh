@@ -34,7 +34,7 @@ fi
 if [[ "$WHAT" == all || "$WHAT" == ladder ]]; then
   echo; echo "== ladder efficiency (bench/ladder_efficiency.py)"
   $PY bench/ladder_efficiency.py "$LOOM" datasets/loom-tiny-sd "$BUILD/bench_ladder" \
-    "${LADDER_STEPS:-10}" "${LADDER_REPEATS:-3}" "${LADDER_SIZES:-tiny,small}"
+    "${LADDER_STEPS:-20}" "${LADDER_REPEATS:-3}" "${LADDER_SIZES:-tiny,small}"
 fi
 if [[ "$WHAT" == low_vram ]]; then
   echo; echo "== low_vram sub-modes (bench/low_vram.py)"

@@ -62,6 +62,20 @@ at::Tensor LoRAAdapter::forward(const at::Tensor& input) {
     return (h * (multiplier * scale())).to(input.scalar_type());
 }
 
+at::Tensor LoRAAdapter::add_to(const at::Tensor& output, const at::Tensor& input) {
+    if (is_conv() || output.scalar_type() != up.scalar_type() || output.dim() < 2) {
+        return output + forward(input);
+    }
+    at::Tensor x = input.to(down.scalar_type());
+    if (training && dropout_ > 0) x = at::dropout(x, dropout_, true);
+    const at::Tensor h = at::linear(x, down);  // [..., rank]
+    const int64_t out_features = up.size(0);
+    // beta * output + alpha * h @ up^T: the up-projection, the scale and the sum in one GEMM.
+    return at::addmm(output.reshape({-1, out_features}), h.reshape({-1, h.size(-1)}), up.t(), 1.0,
+                     multiplier * scale())
+        .view(output.sizes());
+}
+
 at::Tensor LoRAAdapter::delta_weight() const {
     const at::Tensor d = down.detach().flatten(1);  // [r, in*k*k]
     const at::Tensor u = up.detach().flatten(1);    // [out, r]

@@ -43,7 +43,7 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
         const FetchedWeights w = fetched(source_, weight, bias);
         y = at::linear(x, w.weight, w.bias);
     }
-    if (adapter_) y = y + adapter_->forward(x);
+    if (adapter_) y = adapter_->add_to(y, x);
     return y;
 }
 

@@ -21,7 +21,7 @@ at::Tensor apply_rope(const at::Tensor& x, const FluxRope& rope) {
     sizes.push_back(2);
     const auto parts = x.reshape(sizes).unbind(-1);
     const at::Tensor rotated = at::stack({-parts[1], parts[0]}, -1).flatten(3);
-    return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
+    return at::addcmul(x.to(at::kFloat) * cos, rotated.to(at::kFloat), sin).to(x.scalar_type());
 }
 
 // [B, S, H*D] -> [B, S, H, D]
@@ -40,9 +40,14 @@ at::Tensor layer_norm(const at::Tensor& x) {
     return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
 }
 
-// x * (1 + scale) + shift, broadcast over the sequence.
+// x * (1 + scale) + shift, broadcast over the sequence (one fused pass over x).
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+    return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
+}
+
+// residual + gate * x, the gate broadcast over the sequence (one fused pass).
+at::Tensor gated(const at::Tensor& residual, const at::Tensor& gate, const at::Tensor& x) {
+    return at::addcmul(residual, gate.unsqueeze(1), x);
 }
 
 }  // namespace
@@ -134,13 +139,12 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(const at::Te
     const at::Tensor context_attn = to_add_out(joint.narrow(1, 0, text).contiguous());
     const at::Tensor attn = to_out(joint.narrow(1, text, joint.size(1) - text).contiguous());
 
-    at::Tensor h = hidden + m[2].unsqueeze(1) * attn;
-    h = h +
-        m[5].unsqueeze(1) * ff_out(at::gelu(ff_in(modulate(layer_norm(h), m[3], m[4])), "tanh"));
-    at::Tensor ctx = context + c[2].unsqueeze(1) * context_attn;
-    ctx = ctx + c[5].unsqueeze(1) *
-                    ff_context_out(
-                        at::gelu(ff_context_in(modulate(layer_norm(ctx), c[3], c[4])), "tanh"));
+    at::Tensor h = gated(hidden, m[2], attn);
+    h = gated(h, m[5], ff_out(at::gelu(ff_in(modulate(layer_norm(h), m[3], m[4])), "tanh")));
+    at::Tensor ctx = gated(context, c[2], context_attn);
+    ctx = gated(
+        ctx, c[5],
+        ff_context_out(at::gelu(ff_context_in(modulate(layer_norm(ctx), c[3], c[4])), "tanh")));
     return {ctx, h};
 }
 
@@ -162,7 +166,7 @@ at::Tensor FluxSingleTransformerBlockImpl::forward(const at::Tensor& x, const at
     const at::Tensor mlp = at::gelu(proj_mlp(h), "tanh");
     const auto [q, k, v] = qkv_(h);
     const at::Tensor attn = attend(apply_rope(q, rope), apply_rope(k, rope), v);
-    return x + m[2].unsqueeze(1) * proj_out(at::cat({attn, mlp}, 2));
+    return gated(x, m[2], proj_out(at::cat({attn, mlp}, 2)));
 }
 
 FluxTransformer2DModelImpl::FluxTransformer2DModelImpl(const FluxConfig& c) : config_(c) {
@@ -220,8 +224,7 @@ at::Tensor FluxTransformer2DModelImpl::forward(const FluxInputs& in) {
     }
     temb = temb + text_embedder_2(at::silu(text_embedder_1(in.pooled_projections)));
     at::Tensor context = context_embedder(in.encoder_hidden_states);
-    const FluxRope rope =
-        flux_rope(at::cat({in.txt_ids, in.img_ids}, 0), config_.axes_dims_rope, config_.rope_theta);
+    const FluxRope& rope = rope_for(at::cat({in.txt_ids, in.img_ids}, 0));
     for (const auto& block : *transformer_blocks) {
         std::tie(context, hidden) =
             block->as<FluxTransformerBlockImpl>()->forward(hidden, context, temb, rope);
@@ -235,6 +238,16 @@ at::Tensor FluxTransformer2DModelImpl::forward(const FluxInputs& in) {
     // AdaLayerNormContinuous: scale first, then shift.
     const auto mod = norm_out_linear(at::silu(temb).to(hidden.scalar_type())).chunk(2, 1);
     return proj_out(modulate(layer_norm(hidden), mod[1], mod[0]));
+}
+
+const FluxRope& FluxTransformer2DModelImpl::rope_for(const at::Tensor& ids) {
+    // Training repeats the same ids (one bucket, one prompt length) step after step.
+    if (!rope_ids_.defined() || rope_ids_.sizes() != ids.sizes() ||
+        rope_ids_.device() != ids.device() || !at::equal(rope_ids_, ids)) {
+        rope_ = flux_rope(ids, config_.axes_dims_rope, config_.rope_theta);
+        rope_ids_ = ids.clone();
+    }
+    return rope_;
 }
 
 at::Tensor flux_pack_latents(const at::Tensor& latents) {

@@ -100,35 +100,20 @@ std::vector<at::Tensor> run_group(StableDiffusion& model,
     if (vc.shift_factor) z = z + *vc.shift_factor;
     const at::Tensor images = model.vae->decode(z.to(model.vae->parameters().front().scalar_type()))
                                   .to(at::kFloat);  // [B, 3, H, W] in about [-1, 1]
-    std::vector<at::Tensor> out;
-    for (int64_t b = 0; b < batch; ++b) {
-        out.push_back(((images[b].clamp(-1, 1) + 1) * 127.5)
-                          .round()
-                          .to(at::kByte)
-                          .permute({1, 2, 0})
-                          .contiguous()
-                          .cpu());
-    }
-    return out;
+    return to_rgb8(images);
 }
 
 }  // namespace
 
-std::vector<at::Tensor> generate_previews(StableDiffusion& model,
-                                          const std::vector<PreviewRequest>& requests,
-                                          const PreviewOptions& options, const at::Device& device) {
-    if (!model.vae || !model.text_encoder) {
-        throw Error("preview sampling needs the VAE and the text encoder loaded");
-    }
-    torch::NoGradGuard no_grad;
-    std::vector<at::Tensor> images(requests.size());
-    // Requests batch together only when they share the size, steps and guidance.
+std::vector<std::vector<std::size_t>> preview_groups(const std::vector<PreviewRequest>& requests,
+                                                     bool batch_prompts) {
+    std::vector<std::vector<std::size_t>> groups;
     std::vector<bool> done(requests.size(), false);
     for (std::size_t i = 0; i < requests.size(); ++i) {
         if (done[i]) continue;
         std::vector<std::size_t> group = {i};
         done[i] = true;
-        if (options.batch_prompts) {
+        if (batch_prompts) {
             for (std::size_t j = i + 1; j < requests.size(); ++j) {
                 const PreviewRequest& a = requests[i];
                 const PreviewRequest& b = requests[j];
@@ -139,6 +124,33 @@ std::vector<at::Tensor> generate_previews(StableDiffusion& model,
                 }
             }
         }
+        groups.push_back(std::move(group));
+    }
+    return groups;
+}
+
+std::vector<at::Tensor> to_rgb8(const at::Tensor& images) {
+    std::vector<at::Tensor> out;
+    for (int64_t b = 0; b < images.size(0); ++b) {
+        out.push_back(((images[b].clamp(-1, 1) + 1) * 127.5)
+                          .round()
+                          .to(at::kByte)
+                          .permute({1, 2, 0})
+                          .contiguous()
+                          .cpu());
+    }
+    return out;
+}
+
+std::vector<at::Tensor> generate_previews(StableDiffusion& model,
+                                          const std::vector<PreviewRequest>& requests,
+                                          const PreviewOptions& options, const at::Device& device) {
+    if (!model.vae || !model.text_encoder) {
+        throw Error("preview sampling needs the VAE and the text encoder loaded");
+    }
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> images(requests.size());
+    for (const std::vector<std::size_t>& group : preview_groups(requests, options.batch_prompts)) {
         const auto out = run_group(model, requests, group, options, device);
         for (std::size_t k = 0; k < group.size(); ++k) images[group[k]] = out[k];
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Loads loom's LoRA files into diffusers the way users do and compares the numbers.
 
-    check_lora_interop.py LORA_INTEROP_EXPORT REF_DIR
+    check_lora_interop.py LORA_INTEROP_EXPORT REF_DIR [LOOM]
 
 For sd1 and sdxl, runs lora_interop_export (seeded random LoRAs with alpha != rank, with and
 without 3x3 convs, saved in the kohya and peft layouts, plus loom's UNet output with them
@@ -14,6 +14,8 @@ Flux LoRAs), then for every file:
     the right scale);
   - runs pipe.unet (pipe.transformer) on the case inputs and compares with loom's output (max abs error <= 1e-4),
     after checking the LoRA moves the output well beyond that tolerance.
+With LOOM, also `loom sample` with the Flux LoRA: its PNG equals FluxPipeline's image for the
+same seed with the file loaded by load_lora_weights (within one level of 255).
 Prints one line per check and a final 'N passed, N failed' line; exits 1 on any failure.
 """
 import logging
@@ -209,7 +211,40 @@ def check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs, l
                   f"max abs error {err:.3g} (tolerance {TOLERANCE:g})")
 
 
-def main(exporter, ref):
+def check_flux_sample(checks, loom, model_dir, folder, weight_name, tmp):
+    """`loom sample` with a Flux LoRA against FluxPipeline with the same file and seed."""
+    import numpy as np
+    from PIL import Image
+
+    out = os.path.join(tmp, "flux_samples")
+    settings = {"prompt": "a photo of a cat", "seed": 3, "steps": 2, "width": 24, "height": 16,
+                "guidance": 3.5, "tokens": 32}
+    run = subprocess.run([loom, "sample", "--model", model_dir, "--lora",
+                          os.path.join(folder, weight_name), "--prompt", settings["prompt"],
+                          "--seed", str(settings["seed"]), "--steps", str(settings["steps"]),
+                          "--width", str(settings["width"]), "--height", str(settings["height"]),
+                          "--guidance", str(settings["guidance"]), "--max-sequence-length",
+                          str(settings["tokens"]), "--out", out], capture_output=True, text=True)
+    if not checks.report(run.returncode == 0, "flux loom sample --lora",
+                         (run.stdout + run.stderr).strip().replace("\n", "; ")[:400]):
+        return
+    pipe = FluxPipeline.from_pretrained(model_dir)
+    pipe.load_lora_weights(folder, weight_name=weight_name)
+    want = pipe(prompt=settings["prompt"], height=settings["height"], width=settings["width"],
+                num_inference_steps=settings["steps"], guidance_scale=settings["guidance"],
+                max_sequence_length=settings["tokens"], output_type="np",
+                generator=torch.Generator().manual_seed(settings["seed"])).images[0]
+    got = np.asarray(Image.open(os.path.join(out, f"sample_{settings['seed']}.png")),
+                     dtype=np.float64)
+    if not checks.report(got.shape == want.shape, "flux loom sample image size",
+                         f"{got.shape} vs diffusers {want.shape}"):
+        return
+    err = np.abs(got - np.round(want * 255)).max()
+    checks.report(err <= 1, "flux loom sample vs FluxPipeline with the LoRA",
+                  f"max difference {err:.0f} of 255 (at most 1)")
+
+
+def main(exporter, ref, loom=None):
     torch.manual_seed(0)
     torch.set_num_threads(min(4, os.cpu_count() or 1))
     diffusers.utils.logging.set_verbosity_warning()
@@ -237,9 +272,11 @@ def main(exporter, ref):
                     weight_name = f"{variant}.{layout}.safetensors"
                     check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs,
                                loom_out, capture)
+                    if loom and pipeline_class is FluxPipeline:
+                        check_flux_sample(checks, loom, model_dir, folder, weight_name, tmp)
     print(f"{checks.passed} passed, {checks.failed} failed")
     return 0 if checks.failed == 0 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:4]))

@@ -10,6 +10,7 @@ tokenizer it built. Writes under OUT:
   flux_packing.* (latent packing and position ids as FluxPipeline does them)
   cases/flow_match.safetensors: flow-matching schedules, Euler steps and training timesteps
   cases/flux_prompts.*: FluxPipeline.encode_prompt of three prompts (the prompts in .json)
+  cases/flux_pipeline.*: FluxPipeline's images for two seeded prompts (the settings in .json)
 Everything is float32 on the CPU.
 """
 import json
@@ -109,6 +110,17 @@ def build(out, cases, clip_encoder, clip_tokenizer, t5_encoder, t5_tokenizer):
     save_case(cases, "flux_prompts", {}, {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled})
     with open(os.path.join(cases, "flux_prompts.json"), "w") as f:
         json.dump({"prompts": prompts, "max_sequence_length": PROMPT_TOKENS}, f)
+
+    # The whole pipeline: seeded noise, 3 Euler steps with the dynamic shift, guidance 3.5,
+    # decoded to [0, 1] (output_type="pt"). 16x24 pixels: 8x12 latents with the tiny VAE.
+    seeds = [5, 6]
+    images = pipe(prompt=prompts[:2], height=16, width=24, num_inference_steps=3,
+                  guidance_scale=3.5, max_sequence_length=PROMPT_TOKENS, output_type="pt",
+                  generator=[torch.Generator().manual_seed(s) for s in seeds]).images
+    save_case(cases, "flux_pipeline", {}, {"images": images})
+    with open(os.path.join(cases, "flux_pipeline.json"), "w") as f:
+        json.dump({"prompts": prompts[:2], "seeds": seeds, "height": 16, "width": 24, "steps": 3,
+                   "guidance": 3.5, "max_sequence_length": PROMPT_TOKENS}, f)
 
 
 def toolkit_shift_timesteps(sched, image_seq_len):

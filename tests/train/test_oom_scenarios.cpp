@@ -237,7 +237,9 @@ TEST_F(OomScenarios, A_FirstSampleOomShrinksOnlySampling) {
     JobSpec s;
     s.name = "a";
     s.sampling = true;
-    s.sample_size = 128;
+    // Large enough that a preview outweighs a training step by a margin (LoRA layers add their
+    // delta inside one GEMM, so a preview's attention layers hold less than they once did).
+    s.sample_size = 160;
     s.probe = false;  // the first sample itself must run out of memory, not the probe
     s.steps = 3;
     const std::uint64_t train_peak = measured_peak(s, "train");
@@ -333,7 +335,7 @@ TEST_F(OomScenarios, C_PeriodicSamplingShrinksThenIsDisabled) {
     s.sampling = true;
     s.first_sample = false;
     s.sample_every = 2;
-    s.sample_size = 128;
+    s.sample_size = 160;  // heavier than a step by a margin, as in A
     s.probe = false;
     s.steps = 6;
     const std::uint64_t train_peak = measured_peak(s, "train");

@@ -28,6 +28,8 @@ class LoRAAdapter final : public LayerAdapter {
     static std::shared_ptr<LoRAAdapter> for_conv(const Conv2dImpl& base, const LoRAOptions& o);
 
     at::Tensor forward(const at::Tensor& input) override;
+    // Linear layers of the LoRA's dtype: output + scale * up(down(input)) as one addmm.
+    at::Tensor add_to(const at::Tensor& output, const at::Tensor& input) override;
 
     // The change this LoRA makes to the base weight: multiplier · scale · up @ down, shaped like
     // the base weight.

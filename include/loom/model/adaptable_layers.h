@@ -17,6 +17,11 @@ class LayerAdapter {
   public:
     virtual ~LayerAdapter() = default;
     virtual at::Tensor forward(const at::Tensor& input) = 0;
+    // The layer's `output` with the adapter's delta for `input` added. An adapter may fuse the
+    // addition into its last product (one GEMM instead of a product, a scale and a sum).
+    virtual at::Tensor add_to(const at::Tensor& output, const at::Tensor& input) {
+        return output + forward(input);
+    }
 };
 
 // A layer's weight and bias as one computation uses them (bias undefined when the layer has none).

@@ -137,7 +137,12 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
     torch::nn::ModuleList& single_blocks() { return single_transformer_blocks; }
 
   private:
+    // flux_rope of `ids`, kept while the ids repeat.
+    const FluxRope& rope_for(const at::Tensor& ids);
+
     FluxConfig config_;
+    at::Tensor rope_ids_;
+    FluxRope rope_;
     Linear x_embedder{nullptr}, context_embedder{nullptr};
     TimestepEmbedding timestep_embedder{nullptr}, guidance_embedder{nullptr};
     Linear text_embedder_1{nullptr}, text_embedder_2{nullptr};

@@ -35,6 +35,14 @@ struct PreviewOptions {
 // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order. The same request
 // and seed give the same image whatever the batching options (each image's noise comes from its
 // own seeded generator).
+// The batches the requests are sampled in: each group shares the size, steps and guidance
+// (one request a group unless `batch_prompts`), in request order.
+std::vector<std::vector<std::size_t>> preview_groups(const std::vector<PreviewRequest>& requests,
+                                                     bool batch_prompts);
+
+// Decoded images [B, 3, H, W] in about [-1, 1] as uint8 [H, W, 3] CPU tensors.
+std::vector<at::Tensor> to_rgb8(const at::Tensor& images);
+
 std::vector<at::Tensor> generate_previews(StableDiffusion& model,
                                           const std::vector<PreviewRequest>& requests,
                                           const PreviewOptions& options, const at::Device& device);
