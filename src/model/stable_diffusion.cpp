@@ -11,6 +11,8 @@ const std::vector<ArchSpec>& arch_registry() {
         {"sd1", "StableDiffusionPipeline", false, 16, true},
         {"sd2", "StableDiffusionPipeline", false, 16, false},
         {"sdxl", "StableDiffusionXLPipeline", true, 16, true},
+        // Loads and samples (flux_model.h); training waits for the model-family seam.
+        {"flux", "FluxPipeline", true, 32, false},
     };
     return kArchs;
 }
@@ -24,6 +26,7 @@ const ArchSpec* find_arch_spec(const std::string& name) {
 
 std::string detect_arch(const DiffusersFolder& folder) {
     if (folder.pipeline_class == "StableDiffusionXLPipeline") return "sdxl";
+    if (folder.pipeline_class == "FluxPipeline") return "flux";
     if (folder.pipeline_class == "StableDiffusionPipeline") {
         const CLIPTextConfig te =
             read_clip_text_config(folder.dir("text_encoder") / "config.json", false);
@@ -32,7 +35,7 @@ std::string detect_arch(const DiffusersFolder& folder) {
     throw FormatError((folder.root / "model_index.json").string(),
                       "pipeline class '" + folder.pipeline_class +
                           "' is not one loom loads (StableDiffusionPipeline, "
-                          "StableDiffusionXLPipeline)");
+                          "StableDiffusionXLPipeline, FluxPipeline)");
 }
 
 TextConditioning StableDiffusion::encode_prompts(const std::vector<std::string>& prompts) {
@@ -97,6 +100,11 @@ StableDiffusion load_stable_diffusion(const std::filesystem::path& root, const L
     StableDiffusion sd;
     sd.folder = read_diffusers_folder(root);
     sd.arch = detect_arch(sd.folder);
+    if (sd.arch == "flux") {
+        throw FormatError((root / "model_index.json").string(),
+                          "is a Flux.1 pipeline, not Stable Diffusion: loom samples it (loom "
+                          "sample) but does not train it yet");
+    }
     const ArchSpec* spec = find_arch_spec(sd.arch);
     for (const char* needed : {"unet", "scheduler"}) {
         if (!sd.folder.has(needed)) {

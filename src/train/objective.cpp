@@ -19,7 +19,9 @@ constexpr std::uint64_t kOffsetStream = 1000003;
 ObjectiveOptions ObjectiveOptions::from(const config::ProcessConfig& process) {
     ObjectiveOptions o;
     o.min_timestep = process.train.min_denoising_steps;
-    o.max_timestep = process.train.max_denoising_steps;
+    // ai-toolkit's max_denoising_steps is an exclusive bound at 1000 (it draws below it); the
+    // schedule's last timestep is 999.
+    o.max_timestep = std::min(process.train.max_denoising_steps, 999);
     o.bias = process.choices.timestep_bias;
     o.noise_offset = process.train.noise_offset;
     o.loss = process.choices.loss;

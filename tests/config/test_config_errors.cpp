@@ -171,6 +171,8 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:14:38: config.process.0.train.gradient_accumulation and "
          "gradient_accumulation_steps cannot both be above 1 (as in ai-toolkit); use "
          "gradient_accumulation"},
+        {"denoising_max_above_1000", with("      train:\n        max_denoising_steps: 1001\n"),
+         "job.yaml:13:30: config.process.0.train.max_denoising_steps must be <= 1000, got 1001"},
         {"denoising_range_inverted",
          with("      train:\n        min_denoising_steps: 800\n        max_denoising_steps: 200\n"),
          "job.yaml:13:30: config.process.0.train.min_denoising_steps (800) must be <= "

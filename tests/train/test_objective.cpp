@@ -92,5 +92,14 @@ TEST(Objective, OptionsComeFromTheResolvedJob) {
     EXPECT_EQ(o.bias, TimestepBias::kStyle);
 }
 
+// ai-toolkit's max_denoising_steps: 1000 draws timesteps below 1000: the last is 999.
+TEST(Objective, MaxDenoisingStepsOf1000IsTheWholeSchedule) {
+    config::ProcessConfig p;
+    p.train.max_denoising_steps = 1000;
+    EXPECT_EQ(ObjectiveOptions::from(p).max_timestep, 999);
+    p.train.max_denoising_steps = 999;
+    EXPECT_EQ(ObjectiveOptions::from(p).max_timestep, 999);
+}
+
 }  // namespace
 }  // namespace loom

@@ -284,7 +284,8 @@ struct TrainConfig {
         v("content_or_style", &TrainConfig::content_or_style,
           OneOf{{"balanced", "content", "style"}});
         v("min_denoising_steps", &TrainConfig::min_denoising_steps, AtLeast{0}, AtMost{999});
-        v("max_denoising_steps", &TrainConfig::max_denoising_steps, AtLeast{0}, AtMost{999});
+        // 1000 is ai-toolkit's natural value: it draws timesteps below it (loom caps at 999).
+        v("max_denoising_steps", &TrainConfig::max_denoising_steps, AtLeast{0}, AtMost{1000});
         v("loss_type", &TrainConfig::loss_type,
           OneOf{{"mse", "mae"},
                 {"pseudo_huber", "wavelet", "stepped", "mean_flow"},
