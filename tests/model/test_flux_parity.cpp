@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <iostream>
 #include <map>
 
+#include "loom/core/error.h"
 #include "loom/model/autoencoder_kl.h"
 #include "loom/model/diffusers_folder.h"
 #include "loom/model/flux_model.h"
@@ -124,6 +126,35 @@ TEST(FluxParity, PromptEncodingAsTheFluxPipeline) {
               << " (tolerance 1e-5)\n";
     EXPECT_LE(context, 1e-5);
     EXPECT_LE(pooled, 1e-5);
+}
+
+// A Flux folder missing a component, or listing one that is not there: one error naming the file
+// and the component, before any weight is read.
+TEST(FluxParity, AMissingComponentIsOneClearError) {
+    const fs::path tmp = fs::temp_directory_path() / ("loom_flux_" + std::to_string(::getpid()));
+    fs::remove_all(tmp);
+    fs::copy(parity_dir() / "flux", tmp, fs::copy_options::recursive);
+    const auto index = tmp / "model_index.json";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(index));
+    j.erase("text_encoder_2");
+    std::ofstream(index) << j.dump();
+    try {
+        load_flux(tmp);
+        ADD_FAILURE() << "no error";
+    } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("'text_encoder_2'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("model_index.json"), std::string::npos) << e.what();
+    }
+    j["text_encoder_2"] = {"transformers", "T5EncoderModel"};
+    std::ofstream(index) << j.dump();
+    fs::remove_all(tmp / "tokenizer_2");
+    try {
+        load_flux(tmp);
+        ADD_FAILURE() << "no error";
+    } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("tokenizer_2"), std::string::npos) << e.what();
+    }
+    fs::remove_all(tmp);
 }
 
 }  // namespace
