@@ -18,8 +18,8 @@
 #include "loom/device/device.h"
 #include "loom/lora/lora_file.h"
 #include "loom/model/flux_model.h"
-#include "loom/train/flux_preview_sampler.h"
-#include "loom/train/preview_sampler.h"
+#include "loom/model/flux_preview_sampler.h"
+#include "loom/model/preview_sampler.h"
 #include "options.h"
 
 namespace loom::cli {

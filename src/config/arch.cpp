@@ -12,7 +12,7 @@ const std::vector<ArchName>& known_archs() {
         {"pixart", false},
         {"pixart_sigma", false},
         {"auraflow", false},
-        {"flux", false},
+        {"flux", true},
         {"flex1", false},
         {"flex2", false},
         {"lumina2", false},

@@ -1,6 +1,8 @@
 #include "resolve.h"
 
+#include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <utility>
 
 #include "loom/config/arch.h"
@@ -72,6 +74,7 @@ class Resolver {
         }
 
         resolve_model(p, path + ".model");
+        resolve_family_keys(p, path);
 
         TrainConfig& t = p.train;
         if (t.min_denoising_steps > t.max_denoising_steps) {
@@ -99,8 +102,60 @@ class Resolver {
             timestep_bias_of(p.train.content_or_style, path + ".train.content_or_style");
         c.lr_scheduler = lr_scheduler_of(p.train.lr_scheduler, path + ".train.lr_scheduler");
         c.sampler = preview_sampler_of(p.sample.sampler, path + ".sample.sampler");
-        c.lora_layout = lora_key_layout_of(p.save.format, path + ".save.format");
+        c.lora_layout = lora_key_layout_of(*p.save.format, path + ".save.format");
         c.reuse_stable = reuse_stable_of(p.oom.reuse_stable, path + ".oom.reuse_stable");
+    }
+
+    // The keys whose meaning depends on the model family: SD trains with DDPM and samples with
+    // its schedulers; Flux trains with flow matching, samples with the flow-matching Euler
+    // sampler and saves its LoRA in diffusers' layout (the kohya one has no Flux names in loom).
+    void resolve_family_keys(ProcessConfig& p, const std::string& path) {
+        const std::string scheduler = path + ".train.noise_scheduler";
+        const std::string sampler = path + ".sample.sampler";
+        const std::string format = path + ".save.format";
+        if (*p.model.arch != "flux") {
+            if (p.train.noise_scheduler == "flowmatch") {
+                warn(DiagnosticKind::kNotSupportedYet, scheduler,
+                     scheduler + " 'flowmatch' is not supported yet for '" + *p.model.arch +
+                         "': loom trains SD models with the DDPM objective");
+            }
+            if (p.sample.sampler == "flowmatch") {
+                warn(DiagnosticKind::kNotSupportedYet, sampler,
+                     sampler + " 'flowmatch' is not supported yet for '" + *p.model.arch +
+                         "': loom samples with ddim instead");
+            }
+            if (!p.save.format) p.save.format = "kohya";
+            return;
+        }
+        if (was_given(scheduler) && p.train.noise_scheduler != "flowmatch") {
+            warn(DiagnosticKind::kNote, scheduler,
+                 scheduler + " '" + p.train.noise_scheduler +
+                     "' does not apply to Flux, which trains with flow matching (flowmatch)");
+        }
+        p.train.noise_scheduler = "flowmatch";
+        if (was_given(sampler) && p.sample.sampler != "flowmatch") {
+            warn(DiagnosticKind::kNote, sampler,
+                 sampler + " '" + p.sample.sampler +
+                     "' does not apply to Flux, which samples with the flow-matching Euler "
+                     "sampler (flowmatch)");
+        }
+        static const char* const kFlowTimesteps[] = {"sigmoid", "linear", "shift", "flux_shift",
+                                                     "lognorm_blend"};
+        const std::string timesteps = path + ".train.timestep_type";
+        if (std::find(std::begin(kFlowTimesteps), std::end(kFlowTimesteps),
+                      p.train.timestep_type) == std::end(kFlowTimesteps)) {
+            warn(DiagnosticKind::kNotSupportedYet, timesteps,
+                 timesteps + " '" + p.train.timestep_type +
+                     "' is not supported yet: loom draws Flux timesteps with 'sigmoid' instead");
+            p.train.timestep_type = "sigmoid";
+        }
+        if (p.save.format == std::string("kohya")) {
+            fail(format, format +
+                             " 'kohya' is not available for Flux: loom saves Flux LoRAs in "
+                             "diffusers' layout (transformer.….lora_A/lora_B), which ai-toolkit "
+                             "writes and diffusers and ComfyUI load; remove the key or use 'peft'");
+        }
+        p.save.format = "peft";
     }
 
     void check_device(const std::string& device, const std::string& path) const {

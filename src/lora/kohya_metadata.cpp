@@ -8,9 +8,15 @@ namespace loom {
 
 namespace {
 
-// kohya's ss_base_model_version for the archs loom trains.
+// kohya's ss_base_model_version and ss_network_module for the archs loom trains (sd-scripts'
+// flux_train_network.py writes "flux1" and networks.lora_flux).
 const char* base_model_version(const std::string& arch) {
+    if (arch == "flux") return "flux1";
     return arch == "sdxl" ? "sdxl_base_v1-0" : "sd_v1";
+}
+
+const char* network_module(const std::string& arch) {
+    return arch == "flux" ? "networks.lora_flux" : "networks.lora";
 }
 
 }  // namespace
@@ -24,7 +30,7 @@ SafetensorsMetadata kohya_metadata(const config::Job& job, const config::Process
     m.emplace_back("training_info", nlohmann::json{{"step", facts.step}}.dump());
     m.emplace_back("software", nlohmann::json{{"name", "loom"}, {"version", kVersion}}.dump());
     m.emplace_back("ss_output_name", process.name.value_or(""));
-    m.emplace_back("ss_network_module", "networks.lora");
+    m.emplace_back("ss_network_module", network_module(facts.arch));
     m.emplace_back("ss_network_dim", std::to_string(n.linear));
     m.emplace_back("ss_network_alpha", std::to_string(n.linear_alpha.value_or(n.alpha)));
     m.emplace_back("ss_base_model_version", base_model_version(facts.arch));

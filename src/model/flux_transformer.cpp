@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "loom/core/error.h"
+#include "loom/model/checkpoint.h"
 
 namespace loom {
 
@@ -226,13 +227,34 @@ at::Tensor FluxTransformer2DModelImpl::forward(const FluxInputs& in) {
     at::Tensor context = context_embedder(in.encoder_hidden_states);
     const FluxRope& rope = rope_for(at::cat({in.txt_ids, in.img_ids}, 0));
     for (const auto& block : *transformer_blocks) {
-        std::tie(context, hidden) =
-            block->as<FluxTransformerBlockImpl>()->forward(hidden, context, temb, rope);
+        auto* b = block->as<FluxTransformerBlockImpl>();
+        if (!checkpointing_) {
+            std::tie(context, hidden) = b->forward(hidden, context, temb, rope);
+            continue;
+        }
+        // The rotary tables travel as inputs: the recompute must see these very tensors.
+        const auto out = checkpoint(
+            [b](const std::vector<at::Tensor>& in) {
+                auto [c, h] = b->forward(in[0], in[1], in[2], FluxRope{in[3], in[4]});
+                return std::vector<at::Tensor>{h, c};
+            },
+            {hidden, context, temb, rope.cos, rope.sin});
+        hidden = out[0];
+        context = out[1];
     }
     const int64_t text = context.size(1);
     at::Tensor joint = at::cat({context, hidden}, 1);
     for (const auto& block : *single_transformer_blocks) {
-        joint = block->as<FluxSingleTransformerBlockImpl>()->forward(joint, temb, rope);
+        auto* b = block->as<FluxSingleTransformerBlockImpl>();
+        if (!checkpointing_) {
+            joint = b->forward(joint, temb, rope);
+            continue;
+        }
+        joint = checkpoint(
+            [b](const std::vector<at::Tensor>& in) {
+                return std::vector<at::Tensor>{b->forward(in[0], in[1], FluxRope{in[2], in[3]})};
+            },
+            {joint, temb, rope.cos, rope.sin})[0];
     }
     hidden = joint.narrow(1, text, joint.size(1) - text);
     // AdaLayerNormContinuous: scale first, then shift.

@@ -8,11 +8,11 @@ namespace loom {
 
 const std::vector<ArchSpec>& arch_registry() {
     static const std::vector<ArchSpec> kArchs = {
-        {"sd1", "StableDiffusionPipeline", false, 16, true},
-        {"sd2", "StableDiffusionPipeline", false, 16, false},
-        {"sdxl", "StableDiffusionXLPipeline", true, 16, true},
-        // Loads and samples (flux_model.h); training waits for the model-family seam.
-        {"flux", "FluxPipeline", true, 32, false},
+        {"sd1", "StableDiffusionPipeline", false, 16, true, true},
+        {"sd2", "StableDiffusionPipeline", false, 16, false, true},
+        {"sdxl", "StableDiffusionXLPipeline", true, 16, true, true},
+        // Loaded by load_flux (flux_model.h), trained through FluxFamily (flux_family.h).
+        {"flux", "FluxPipeline", true, 32, true, false},
     };
     return kArchs;
 }
@@ -102,8 +102,8 @@ StableDiffusion load_stable_diffusion(const std::filesystem::path& root, const L
     sd.arch = detect_arch(sd.folder);
     if (sd.arch == "flux") {
         throw FormatError((root / "model_index.json").string(),
-                          "is a Flux.1 pipeline, not Stable Diffusion: loom samples it (loom "
-                          "sample) but does not train it yet");
+                          "is a Flux.1 pipeline, not Stable Diffusion: load it with load_flux or "
+                          "load_model_family (model/family.h)");
     }
     const ArchSpec* spec = find_arch_spec(sd.arch);
     for (const char* needed : {"unet", "scheduler"}) {

@@ -5,7 +5,6 @@
 
 #include "loom/core/error.h"
 #include "loom/device/step_graphs.h"
-#include "loom/model/unet_2d_condition.h"
 #include "loom/train/objective.h"
 
 namespace loom {
@@ -23,10 +22,10 @@ void copy_into(at::Tensor& buffer, const at::Tensor& t) {
 
 }  // namespace
 
-GraphedForwardBackward::GraphedForwardBackward(StepGraphs& graphs, UNet2DConditionModelImpl& unet,
+GraphedForwardBackward::GraphedForwardBackward(StepGraphs& graphs, ModelFamily& model,
                                                const DiffusionObjective& objective,
                                                std::vector<at::Tensor> params)
-    : graphs_(graphs), unet_(unet), objective_(objective), params_(std::move(params)) {}
+    : graphs_(graphs), model_(model), objective_(objective), params_(std::move(params)) {}
 
 // The accumulators become the parameters' .grad before the first micro-batch: backward() then
 // adds into them in place (autograd's AccumulateGrad adds into a defined gradient when grad mode
@@ -46,8 +45,7 @@ void GraphedForwardBackward::begin_step() {
 // What a capture records: reads the static inputs, writes the static loss and adds into the
 // accumulators; allocates only inside (the capture's pool) or nothing it keeps.
 void GraphedForwardBackward::work(Static& s) {
-    const at::Tensor pred =
-        unet_.forward(s.in.noisy, s.in.timesteps, s.in.context, s.in.text_embeds, s.in.time_ids);
+    const at::Tensor pred = model_.predict(s.in.noisy, s.in.timesteps, s.in.conditioning);
     const at::Tensor weighted = objective_.loss(pred, s.in.target) * s.weight;
     weighted.backward();
     torch::NoGradGuard no_grad;
@@ -58,11 +56,10 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
     auto found = statics_.find(key);
     if (found == statics_.end()) {
         Static s;
+        const StepConditioning& c = in.conditioning;
         s.in = {static_copy(in.noisy),
                 static_copy(in.timesteps),
-                static_copy(in.context),
-                static_copy(in.text_embeds),
-                static_copy(in.time_ids),
+                {static_copy(c.context), static_copy(c.pooled), static_copy(c.extra)},
                 static_copy(in.target),
                 in.weight};
         const auto options = in.target.options().dtype(at::kFloat);
@@ -75,9 +72,9 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         torch::NoGradGuard no_grad;
         copy_into(s.in.noisy, in.noisy);
         copy_into(s.in.timesteps, in.timesteps);
-        copy_into(s.in.context, in.context);
-        copy_into(s.in.text_embeds, in.text_embeds);
-        copy_into(s.in.time_ids, in.time_ids);
+        copy_into(s.in.conditioning.context, in.conditioning.context);
+        copy_into(s.in.conditioning.pooled, in.conditioning.pooled);
+        copy_into(s.in.conditioning.extra, in.conditioning.extra);
         copy_into(s.in.target, in.target);
         s.weight.fill_(in.weight);
     }

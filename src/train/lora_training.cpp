@@ -30,23 +30,32 @@ LoRAFileLayout file_layout(config::LoRAKeyLayout layout) {
     return LoRAFileLayout::kKohya;
 }
 
+LoRAModel lora_model_of(DenoiserKind kind) {
+    switch (kind) {
+        case DenoiserKind::kFluxTransformer: return LoRAModel::kFluxTransformer;
+        case DenoiserKind::kUNet: break;
+    }
+    return LoRAModel::kUNet;
+}
+
 // ai-toolkit's default warmup for constant_with_warmup when num_warmup_steps is not given.
 constexpr int kDefaultWarmupSteps = 1000;
 
 }  // namespace
 
-LoRATraining::LoRATraining(const config::ProcessConfig& process, UNet2DConditionModel& unet,
-                           const Device& device, std::uint64_t seed) {
+LoRATraining::LoRATraining(const config::ProcessConfig& process, torch::nn::Module& denoiser,
+                           DenoiserKind denoiser_kind, const Device& device, std::uint64_t seed) {
     const config::NetworkConfig& n = process.network;
     LoRANetworkOptions o;
     o.linear.rank = n.linear;
     o.linear.alpha = n.linear_alpha.value_or(n.alpha);
     o.linear.dropout = n.dropout.value_or(0.0);
     if (n.conv) o.conv = LoRAOptions{*n.conv, n.conv_alpha.value_or(*n.conv), o.linear.dropout};
+    o.rules.model = lora_model_of(denoiser_kind);
     o.rules.only_if_contains = n.network_kwargs.only_if_contains;
     o.rules.ignore_if_contains = n.network_kwargs.ignore_if_contains;
     at::manual_seed(seed);  // reproducible LoRA initialisation
-    network_ = std::make_unique<LoRANetwork>(LoRANetwork::inject(*unet, o));
+    network_ = std::make_unique<LoRANetwork>(LoRANetwork::inject(denoiser, o));
     {
         torch::NoGradGuard no_grad;
         for (const LoRATarget& t : network_->targets()) {

@@ -45,37 +45,22 @@ class DeviceFetch final : public WeightSource {
     const Device& device_;
 };
 
-bool in_streamed_block(const std::string& name) {
-    return name.rfind("down_blocks.", 0) == 0 || name.rfind("mid_block.", 0) == 0 ||
-           name.rfind("up_blocks.", 0) == 0;
-}
-
 }  // namespace
 
-std::vector<torch::nn::Module*> LowVramMode::encoders() const {
-    std::vector<torch::nn::Module*> out;
-    if (model_.vae) out.push_back(model_.vae.get());
-    if (model_.text_encoder) out.push_back(model_.text_encoder.get());
-    if (model_.text_encoder_2) out.push_back(model_.text_encoder_2.get());
-    return out;
-}
-
 void LowVramMode::encoders_to(bool device) {
-    for (torch::nn::Module* m : encoders()) move(*m, device_, device);
+    for (torch::nn::Module* m : model_.encoders()) move(*m, device_, device);
 }
 
 // Converts on the host, one tensor at a time: a device-resident weight goes to the host, is
 // converted there, lets go of its float32 device copy and comes back in bf16 — the device never
 // holds both copies, so raising the level when memory has just run out cannot itself run out.
-void LowVramMode::base_to_bf16(bool unet_on_device) {
+void LowVramMode::base_to_bf16(bool denoiser_on_device) {
     torch::NoGradGuard no_grad;
     std::size_t converted = 0;
-    for (torch::nn::Module* m : std::initializer_list<torch::nn::Module*>{
-             model_.unet.get(), model_.vae ? model_.vae.get() : nullptr,
-             model_.text_encoder ? model_.text_encoder.get() : nullptr,
-             model_.text_encoder_2 ? model_.text_encoder_2.get() : nullptr}) {
-        if (m == nullptr) continue;
-        const bool on_device = unet_on_device && m == model_.unet.get();
+    std::vector<torch::nn::Module*> modules = model_.encoders();
+    modules.insert(modules.begin(), &model_.denoiser());
+    for (torch::nn::Module* m : modules) {
+        const bool on_device = denoiser_on_device && m == &model_.denoiser();
         for (auto& p : m->parameters()) {
             // Frozen base weights only: the LoRA's own parameters train in float32.
             if (p.requires_grad() || p.scalar_type() != at::kFloat) continue;
@@ -103,8 +88,8 @@ void LowVramMode::stream_blocks() {
         at::Tensor* bias;
     };
     std::vector<Streamed> layers;
-    for (const auto& item : model_.unet->named_modules("", /*include_self=*/false)) {
-        if (!in_streamed_block(item.key())) continue;
+    for (const auto& item : model_.denoiser().named_modules("", /*include_self=*/false)) {
+        if (!model_.streams_weights_of(item.key())) continue;
         torch::nn::Module& m = *item.value();
         if (auto* linear = dynamic_cast<LinearImpl*>(&m)) {
             layers.push_back({&m, &linear->weight, &linear->bias});
@@ -130,10 +115,10 @@ void LowVramMode::stream_blocks() {
             streamed_.insert(l.bias->unsafeGetTensorImpl());
         }
     }
-    log().info("{} UNet block layers stream their weights from the host{}", layers.size(),
-               prefetch_
-                   ? format(" ({} layers copied ahead of use)", PrefetchingWeightSource::kDepth)
-                   : std::string());
+    log().info(
+        "{} {} block layers stream their weights from the host{}", layers.size(), model_.arch(),
+        prefetch_ ? format(" ({} layers copied ahead of use)", PrefetchingWeightSource::kDepth)
+                  : std::string());
 }
 
 // All or nothing: every device copy is made before any layer changes, so running out of memory
@@ -161,8 +146,8 @@ void LowVramMode::unstream_blocks() {
         if (auto* linear = dynamic_cast<LinearImpl*>(m)) linear->set_weight_source(nullptr);
         if (auto* conv = dynamic_cast<Conv2dImpl*>(m)) conv->set_weight_source(nullptr);
     }
-    log().info("{} UNet block layers hold their weights on the device again",
-               streamed_layers_.size());
+    log().info("{} {} block layers hold their weights on the device again", streamed_layers_.size(),
+               model_.arch());
     streamed_layers_.clear();
     streamed_.clear();
     prefetch_.reset();
@@ -181,15 +166,14 @@ void LowVramMode::place_model(int level) {
     if (options_.channels_last) {
         // Still host-resident: converted where it lies, and every copy placement makes keeps it.
         HostAllocations host;
-        model_.unet->set_channels_last(true);
-        if (model_.vae) model_.vae->set_channels_last(true);
-        log().info("UNet and VAE convolutions in channels-last memory format");
+        model_.set_channels_last(true);
+        log().info("{} convolutions in channels-last memory format", model_.arch());
     }
     if (level >= 2) base_to_bf16(false);  // still host-resident: the device never sees float32
     // Streamed block weights never visit the device: loading must fit where training does, or
     // the load phase's ladder (which raises low_vram) could not help.
     if (level >= 3) stream_blocks();
-    move(*model_.unet, device_, true, streamed_);
+    move(model_.denoiser(), device_, true, streamed_);
     if (level < 1) encoders_to(true);
     level_ = level;
 }
@@ -223,7 +207,7 @@ void LowVramMode::set_level(int level) {
         return;
     }
     if (level_ < 1 && level >= 1 && encoder_scopes_ == 0) encoders_to(false);
-    if (level_ < 2 && level >= 2) base_to_bf16(true);  // the UNet is on the device by now
+    if (level_ < 2 && level >= 2) base_to_bf16(true);  // the denoiser is on the device by now
     if (level_ < 3 && level >= 3) stream_blocks();
     level_ = level;
 }

@@ -6,6 +6,7 @@
 
 #include "loom/data/rng.h"
 #include "loom/device/device.h"
+#include "loom/model/family.h"
 
 namespace loom {
 
@@ -25,6 +26,9 @@ ObjectiveOptions ObjectiveOptions::from(const config::ProcessConfig& process) {
     o.bias = process.choices.timestep_bias;
     o.noise_offset = process.train.noise_offset;
     o.loss = process.choices.loss;
+    // The config layer replaced the types loom does not draw (warned) for flow-matching jobs.
+    o.timestep_type =
+        parse_flow_timestep_type(process.train.timestep_type).value_or(FlowTimestepType::sigmoid);
     return o;
 }
 
@@ -41,6 +45,18 @@ std::int64_t shaped_timestep(double u, int lo, int hi, config::TimestepBias bias
 DiffusionObjective::DiffusionObjective(ObjectiveOptions options, NoiseSchedule schedule)
     : options_(options), schedule_(std::move(schedule)) {}
 
+DiffusionObjective::DiffusionObjective(ObjectiveOptions options, FlowMatchConfig config)
+    : options_(options), flow_(config) {}
+
+DiffusionObjective DiffusionObjective::for_family(ObjectiveOptions options,
+                                                  const ModelFamily& family) {
+    switch (family.objective_kind()) {
+        case ObjectiveKind::kFlowMatch: return DiffusionObjective(options, family.flow_match());
+        case ObjectiveKind::kDdpm: break;
+    }
+    return DiffusionObjective(options, NoiseSchedule(family.ddpm_schedule()));
+}
+
 NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<std::size_t>& slots,
                                       std::uint64_t seed, std::int64_t step_index,
                                       const Device& device) const {
@@ -49,9 +65,17 @@ NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<st
     for (const std::size_t slot : slots) {
         at::Generator gen = at::detail::createCPUGenerator(data::mix_seed(seed, step_seed, slot));
         b.slot_noise.push_back(at::randn(x0.sizes().slice(1), gen, at::kFloat));
-        const double u = at::rand({1}, gen, at::kDouble).item<double>();
-        b.slot_timesteps.push_back(
-            shaped_timestep(u, options_.min_timestep, options_.max_timestep, options_.bias));
+        if (flow_) {
+            // ai-toolkit's table for the image's packed token count, one index from it.
+            const int64_t tokens = (x0.size(2) / 2) * (x0.size(3) / 2);
+            b.slot_timesteps.push_back(
+                flow_match_sample_timesteps(options_.timestep_type, *flow_, tokens, 1, gen)
+                    .item<double>());
+        } else {
+            const double u = at::rand({1}, gen, at::kDouble).item<double>();
+            b.slot_timesteps.push_back(static_cast<double>(
+                shaped_timestep(u, options_.min_timestep, options_.max_timestep, options_.bias)));
+        }
         if (options_.noise_offset > 0) {
             at::Generator off = at::detail::createCPUGenerator(
                 data::mix_seed(seed, step_seed, kOffsetStream + slot));
@@ -62,7 +86,13 @@ NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<st
     if (!b.slot_offsets.empty()) {
         b.noise = b.noise + options_.noise_offset * device.to_device(at::stack(b.slot_offsets));
     }
-    b.timesteps = device.to_device(at::tensor(b.slot_timesteps, at::kLong));
+    if (flow_) {
+        b.timesteps = device.to_device(at::tensor(b.slot_timesteps, at::kDouble).to(at::kFloat));
+        b.noisy = flow_match_add_noise(x0, b.noise, b.timesteps);
+        b.target = flow_match_target(x0, b.noise);
+        return b;
+    }
+    b.timesteps = device.to_device(at::tensor(b.slot_timesteps, at::kDouble).to(at::kLong));
     b.noisy = schedule_.add_noise(x0, b.noise, b.timesteps);
     b.target = schedule_.target(x0, b.noise, b.timesteps);
     return b;

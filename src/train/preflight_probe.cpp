@@ -48,6 +48,9 @@ void PreflightProbe::run() {
     RestoreRng rng;
     const int oom_before = guard_.oom_count();
     std::string bucket;
+    // Each part's peak is its own: the cache phase before it (encoders on the device, T5 at full
+    // length for Flux) can peak higher than a step and would otherwise be reported as the step's.
+    device_.reset_peak();
     guard_.run(
         Phase::kProbe, std::nullopt, [&] { bucket = step_.probe(guard_.plan()); },
         guard::Work::kTrain);
@@ -65,6 +68,7 @@ void PreflightProbe::run() {
                          plan.batch_size, format_bytes_human(train_peak));
     if (!guard_.plan().sample.enabled) return;
     const int sample_ooms_before = guard_.oom_count();
+    device_.reset_peak();
     guard_.run(
         Phase::kProbe, std::nullopt, [&] { sampling_(guard_.plan()); }, guard::Work::kSample);
     rng.restore();

@@ -7,7 +7,7 @@
 
 #include "loom/data/image.h"
 #include "loom/lora/lora_network.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/family.h"
 #include "loom/train/lora_training.h"
 #include "loom/train/low_vram.h"
 #include "loom/train/run_folder.h"
@@ -93,7 +93,7 @@ std::vector<at::Tensor> render_previews(const PreviewModel& preview,
     SamplingMode mode(preview.lora.network(), process.sample.network_multiplier);
     LoRATraining::EmaWeights ema(preview.lora);
     LowVramMode::EncodersOnDevice encoders(preview.low_vram);
-    return generate_previews(preview.model, requests, options, preview.device);
+    return preview.model.sample(requests, options, preview.device);
 }
 
 void write_previews(const RunFolder& run, std::int64_t step,

@@ -18,6 +18,7 @@
 #include "loom/guard/plan_store.h"
 #include "loom/io/atomic_file.h"
 #include "loom/lora/kohya_metadata.h"
+#include "loom/model/family.h"
 #include "loom/model/stable_diffusion.h"
 #include "loom/train/base_model.h"
 #include "loom/train/checkpoint_state.h"
@@ -30,8 +31,8 @@
 #include "loom/train/progress.h"
 #include "loom/train/run_folder.h"
 #include "loom/train/run_record.h"
-#include "loom/train/sd_encoders.h"
 #include "loom/train/training_data.h"
+#include "loom/train/training_encoders.h"
 #include "loom/train/training_step.h"
 
 namespace loom {
@@ -82,7 +83,7 @@ class Trainer final : public guard::GuardedTarget {
         return static_cast<std::uint64_t>(process_.training_seed.value_or(0));
     }
     const guard::Plan& plan() const { return guard_->plan(); }
-    PreviewModel preview_model() { return {model_, *lora_, *low_vram_, device_->torch_device()}; }
+    PreviewModel preview_model() { return {*model_, *lora_, *low_vram_, device_->torch_device()}; }
 
     const config::Job& job_;
     const config::ProcessConfig& process_;
@@ -92,12 +93,12 @@ class Trainer final : public guard::GuardedTarget {
     std::unique_ptr<Device> device_;
     std::unique_ptr<guard::EventLog> events_;
     std::unique_ptr<guard::Guard> guard_;
-    StableDiffusion model_;
+    std::unique_ptr<ModelFamily> model_;
     std::unique_ptr<LowVramMode> low_vram_;
     std::unique_ptr<LoRATraining> lora_;
     std::unique_ptr<TrainingData> data_;
     DiffusionObjective objective_;
-    std::unique_ptr<SdEncoders> encoders_;
+    std::unique_ptr<TrainingEncoders> encoders_;
     std::unique_ptr<StepGraphs> graphs_;  // perf.cuda_graphs (declared before its user)
     std::unique_ptr<TrainingStep> step_runner_;
     std::unique_ptr<PreflightProbe> probe_;
@@ -110,12 +111,14 @@ class Trainer final : public guard::GuardedTarget {
 
 guard::PolicyContext Trainer::policy_context() const {
     guard::PolicyContext c;
-    c.video = false;  // SD 1.x / SDXL: image models
+    c.video = false;  // SD 1.x / SDXL and Flux: image models
     c.low_vram_levels = LowVramMode::kLevels;
     c.host_threads = at::get_num_threads();
     const std::vector<PreviewRequest> requests = preview_requests(process_);
     c.prompt_count = requests.size();
-    c.guidance = std::any_of(requests.begin(), requests.end(),
+    const ArchSpec* spec = find_arch_spec(process_.model.arch.value_or(""));
+    c.guidance = (spec == nullptr || spec->cfg_previews) &&
+                 std::any_of(requests.begin(), requests.end(),
                              [](const PreviewRequest& r) { return r.guidance_scale > 1.0; });
     c.encoders_idle = TrainingData::encoders_can_idle(process_);
     return c;
@@ -151,16 +154,16 @@ void Trainer::release_after_oom() {
     if (step_runner_) step_runner_->release_graphs();  // before the gradients: it holds them
     if (lora_) lora_->optimizer().zero_grad();         // undefined, not zero-filled: nothing held
     if (low_vram_) low_vram_->drop_prefetched();       // layers block streaming copied ahead
-    if (!low_vram_) model_ = StableDiffusion{};        // a load that failed mid-placement
+    if (!low_vram_) model_.reset();                    // a load that failed mid-placement
 }
 
-// Each knob reaches its owner: the UNet its checkpointing, the data its buckets and caches,
+// Each knob reaches its owner: the denoiser its checkpointing, the data its buckets and caches,
 // low_vram its level (3 and 2 both ways); the host threads and sampling are the trainer's own.
 void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
     // Captured micro-batches are of the old plan's shapes and kernels.
     if (step_runner_) step_runner_->release_graphs();
-    if (from.gradient_checkpointing != to.gradient_checkpointing && model_.unet) {
-        model_.unet->set_gradient_checkpointing(to.gradient_checkpointing);
+    if (from.gradient_checkpointing != to.gradient_checkpointing && model_) {
+        model_->set_gradient_checkpointing(to.gradient_checkpointing);
     }
     if (data_) data_->apply_plan(from, to);
     if (from.low_vram != to.low_vram && low_vram_) low_vram_->set_level(to.low_vram);
@@ -214,28 +217,28 @@ guard::BucketFacts Trainer::bucket_facts() const {
 void Trainer::load() {
     lora_.reset();
     low_vram_.reset();
-    model_ = StableDiffusion{};  // a retried load first lets go of the failed attempt's weights
+    model_.reset();  // a retried load first lets go of the failed attempt's weights
     model_ = load_frozen_base(process_);
-    objective_ =
-        DiffusionObjective(ObjectiveOptions::from(process_), NoiseSchedule(model_.scheduler));
+    objective_ = DiffusionObjective::for_family(ObjectiveOptions::from(process_), *model_);
     // low_vram_ exists only once the model is placed: after an OOM during placement the
     // ladder's new level must not be applied to a half-placed model — the retry reloads.
     auto placement = std::make_unique<LowVramMode>(
-        model_, *device_,
+        *model_, *device_,
         PlacementOptions{process_.perf.stream_prefetch, process_.perf.channels_last});
     placement->place_model(plan().low_vram);
     low_vram_ = std::move(placement);
-    model_.unet->set_gradient_checkpointing(plan().gradient_checkpointing);
+    model_->set_gradient_checkpointing(plan().gradient_checkpointing);
     log().info("model: {} ({}), device memory after load: {}", process_.model.name_or_path,
-               model_.arch, device_->stats().to_string());
-    lora_ = std::make_unique<LoRATraining>(process_, model_.unet, *device_, seed());
+               model_->arch(), device_->stats().to_string());
+    lora_ = std::make_unique<LoRATraining>(process_, model_->denoiser(), model_->denoiser_kind(),
+                                           *device_, seed());
 }
 
 void Trainer::prepare_data() {
     data_ = std::make_unique<TrainingData>(
-        process_, static_cast<int>(find_arch_spec(model_.arch)->bucket_divisibility),
-        process_.model.name_or_path + "|" + model_.arch, plan(), run_.root(), seed());
-    encoders_ = std::make_unique<SdEncoders>(model_, *low_vram_, *device_, seed());
+        process_, static_cast<int>(model_->bucket_divisibility()),
+        process_.model.name_or_path + "|" + model_->arch(), plan(), run_.root(), seed());
+    encoders_ = std::make_unique<TrainingEncoders>(*model_, *low_vram_, *device_, seed());
     if (process_.perf.cuda_graphs) {
         graphs_ = make_step_graphs(*device_);
         if (graphs_->captures()) {
@@ -250,7 +253,7 @@ void Trainer::prepare_data() {
         }
     }
     step_runner_ = std::make_unique<TrainingStep>(
-        TrainingStep::Parts{*device_, model_, *data_, *lora_, objective_, *guard_,
+        TrainingStep::Parts{*device_, *model_, *data_, *lora_, objective_, *guard_,
                             encoders_->latent_encoder(), encoders_->text_encoder(), graphs_.get()},
         seed(), process_.train.gradient_accumulation, process_.train.max_grad_norm);
     probe_ = std::make_unique<PreflightProbe>(*guard_, *events_, *device_, *step_runner_,
@@ -290,7 +293,7 @@ void Trainer::save(std::int64_t step, bool final) {
     const fs::path file = final ? run_.final_lora() : run_.step_lora(step);
     lora_->save_file(
         file, process_,
-        kohya_metadata(job_, process_, {step, model_.arch, plan().gradient_checkpointing}));
+        kohya_metadata(job_, process_, {step, model_->arch(), plan().gradient_checkpointing}));
     if (!final) {
         CheckpointState s = lora_->checkpoint(step);
         s.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
@@ -414,8 +417,10 @@ TrainSummary Trainer::run() {
     maybe_resume();
     guard_->run(Phase::kCache, std::nullopt, [&] {
         if (data_->caches_latents()) {
-            LowVramMode::EncodersOnDevice encoders(*low_vram_);  // once for the whole pass
+            std::optional<LowVramMode::EncodersOnDevice> encoders;  // once for the whole pass
+            if (!low_vram_->encode_on_host()) encoders.emplace(*low_vram_);
             data_->cache_all_latents(encoders_->latent_encoder());
+            data_->cache_all_text(encoders_->text_encoder());
         }
     });
     summary.run_folder = run_.root();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "loom/core/logging.h"
 
@@ -145,6 +146,20 @@ void TrainingData::cache_all_latents(const LatentEncode& encode) {
     const data::BucketPlan& plan = order_->plan();
     for (std::size_t i = 0; i < items_.size(); ++i) latent(i, plan.item_bucket.at(i), encode);
     log().info("cached {} latents", items_.size());
+}
+
+void TrainingData::cache_all_text(const data::TextEmbeddingCache::Encode& encode) {
+    std::set<std::string> captions;
+    for (const TrainingItem& it : items_) {
+        data::CaptionOptions o = caption_options_.at(it.dataset);
+        if (o.shuffle_tokens) return;  // any order of the tokens can come up: encoded when drawn
+        if (o.caption_dropout_rate > 0) captions.insert("");
+        o.caption_dropout_rate = 0;
+        data::Rng unused(0);  // without dropout and shuffling nothing is drawn
+        captions.insert(data::process_caption(it.image->caption, o, unused));
+    }
+    for (const std::string& c : captions) text_cache_->get(c, encode);
+    log().info("cached {} text embeddings", captions.size());
 }
 
 NamedTensors TrainingData::conditioning(const std::string& caption,

@@ -6,7 +6,7 @@
 
 #include "loom/device/device.h"
 #include "loom/guard/guard.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/family.h"
 #include "loom/train/graphed_forward_backward.h"
 #include "loom/train/lora_training.h"
 #include "loom/train/objective.h"
@@ -21,7 +21,7 @@ TrainingStep::TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumul
       max_grad_norm_(max_grad_norm) {
     if (parts_.graphs != nullptr) {
         graphed_ = std::make_unique<GraphedForwardBackward>(
-            *parts_.graphs, *parts_.model.unet, parts_.objective, parts_.lora.optimizer().params());
+            *parts_.graphs, parts_.model, parts_.objective, parts_.lora.optimizer().params());
     }
 }
 
@@ -32,7 +32,7 @@ void TrainingStep::release_graphs() {
 }
 
 bool TrainingStep::graphed(const guard::Plan& plan) const {
-    return graphed_ != nullptr && plan.low_vram < 3;
+    return graphed_ != nullptr && plan.low_vram < 3 && parts_.model.predict_is_capturable();
 }
 
 StepWork TrainingStep::draw(std::int64_t index) {
@@ -103,7 +103,6 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
                                           const guard::Plan* graphed_plan) {
     std::optional<PhaseTimer> phase(std::in_place, times_.data);
     const Device& device = parts_.device;
-    UNet2DConditionModel& unet = parts_.model.unet;
     std::vector<at::Tensor> latents;
     std::vector<at::Tensor> contexts;
     std::vector<at::Tensor> pooled;
@@ -119,16 +118,15 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
         slots.push_back(slot.slot);
     }
     const at::Tensor x0 = device.to_device(at::stack(latents));
-    const at::Tensor context =
-        device.to_device(at::cat(contexts)).to(unet->parameters().front().scalar_type());
+    StepConditioning cond;
+    cond.context = device.to_device(at::cat(contexts))
+                       .to(parts_.model.denoiser().parameters().front().scalar_type());
     const NoisedBatch noised = parts_.objective.noise(x0, slots, seed_, step_index, device);
-    at::Tensor text_embeds;
-    at::Tensor time_ids;
-    if (!pooled.empty()) {  // SDXL: the pooled embedding and the size conditioning
-        text_embeds = device.to_device(at::cat(pooled)).to(context.scalar_type());
-        time_ids = device.to_device(
-            StableDiffusion::time_ids(micro.bucket.height, micro.bucket.width, x0.size(0)));
-    }
+    if (!pooled.empty())
+        cond.pooled = device.to_device(at::cat(pooled)).to(cond.context.scalar_type());
+    const at::Tensor extra =
+        parts_.model.extra_conditioning(micro.bucket.height, micro.bucket.width, x0.size(0));
+    if (extra.defined()) cond.extra = device.to_device(extra);
     const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
     if (graphed_plan != nullptr) {
         phase.emplace(times_.forward);  // forward and backward are one replay
@@ -136,12 +134,12 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
         const std::string key = micro.bucket.key() + " x" + std::to_string(x0.size(0)) +
                                 (graphed_plan->gradient_checkpointing ? " gc" : "") + " lv" +
                                 std::to_string(graphed_plan->low_vram);
-        return graphed_->run(key, {noised.noisy.to(context.scalar_type()), noised.timesteps,
-                                   context, text_embeds, time_ids, noised.target, weight});
+        return graphed_->run(key, {noised.noisy.to(cond.context.scalar_type()), noised.timesteps,
+                                   cond, noised.target, weight});
     }
     phase.emplace(times_.forward);
-    const at::Tensor pred = unet->forward(noised.noisy.to(context.scalar_type()), noised.timesteps,
-                                          context, text_embeds, time_ids);
+    const at::Tensor pred =
+        parts_.model.predict(noised.noisy.to(cond.context.scalar_type()), noised.timesteps, cond);
     const at::Tensor loss = parts_.objective.loss(pred, noised.target);
     const at::Tensor weighted = loss * weight;
     phase.emplace(times_.backward);

@@ -108,7 +108,7 @@ run check_missing 3 -- "$LOOM" config check "$TMP/nope.yaml"
 expect check_missing err "nope.yaml: no such job file"
 
 run check_examples 0 -- "$LOOM" config check configs/sd15_lora.yaml configs/sdxl_lora.yaml configs/flux_lora_24gb.yaml
-expect check_examples err "model.arch 'flux' is an ai-toolkit architecture that loom cannot train yet"
+expect check_examples err "model.quantize: 'true' is not supported by loom yet"
 
 run devices 0 -- "$LOOM" devices
 expect devices out "cpu (host memory, no budget)"

@@ -233,12 +233,40 @@ TEST(ConfigWarnings, NonDefaultValueOfPartlySupportedKey) {
 }
 
 TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
-    const LoadedJob loaded = load(with("        is_flux: true\n"));
+    const LoadedJob loaded = load(with("        arch: wan21\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotTrainable);
     EXPECT_EQ(loaded.warnings[0].to_string(),
-              "job.yaml:11:9: warning: config.process.0.model.arch 'flux' is an ai-toolkit "
-              "architecture that loom cannot train yet (loom trains sd1, sdxl)");
+              "job.yaml:12:15: warning: config.process.0.model.arch 'wan21' is an ai-toolkit "
+              "architecture that loom cannot train yet (loom trains sd1, sdxl, flux)");
+}
+
+TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {
+    // ai-toolkit's Flux keys are implemented: no warning, the family's values.
+    const LoadedJob flux = load(with("        is_flux: true\n"));
+    EXPECT_TRUE(flux.warnings.empty());
+    const ProcessConfig& p = flux.job.config.process.at(0);
+    EXPECT_EQ(p.train.noise_scheduler, "flowmatch");
+    EXPECT_EQ(p.choices.lora_layout, LoRAKeyLayout::kPeft);
+    // A timestep type loom does not draw is warned and replaced.
+    const LoadedJob weighted =
+        load(with("        is_flux: true\n") + "      train:\n        timestep_type: weighted\n");
+    ASSERT_EQ(weighted.warnings.size(), 1u);
+    EXPECT_EQ(weighted.warnings[0].key_path, "config.process.0.train.timestep_type");
+    EXPECT_EQ(weighted.job.config.process.at(0).train.timestep_type, "sigmoid");
+    // The kohya layout has no Flux names: one clear error.
+    try {
+        load(with("        is_flux: true\n") + "      save:\n        format: kohya\n");
+        FAIL() << "kohya layout accepted for Flux";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("save.format 'kohya' is not available for Flux"),
+                  std::string::npos)
+            << e.what();
+    }
+    // SD keeps DDPM: flowmatch is warned there.
+    const LoadedJob sd = load(with("") + "      train:\n        noise_scheduler: flowmatch\n");
+    ASSERT_EQ(sd.warnings.size(), 1u);
+    EXPECT_EQ(sd.warnings[0].key_path, "config.process.0.train.noise_scheduler");
 }
 
 TEST(ConfigWarnings, StrictTurnsWarningsIntoErrors) {

@@ -28,7 +28,7 @@ TEST(ArchRegistry, SdxlHasTwoTextEncoders) {
     EXPECT_FALSE(find_arch_spec("sd1")->two_text_encoders);
     const ArchSpec* flux = find_arch_spec("flux");
     ASSERT_NE(flux, nullptr);
-    EXPECT_FALSE(flux->trainable);  // loads and samples; does not train yet
+    EXPECT_TRUE(flux->trainable);
     EXPECT_TRUE(flux->two_text_encoders);
     EXPECT_EQ(flux->bucket_divisibility, 32);  // ai-toolkit's Flux divisibility
 }

@@ -13,7 +13,7 @@
 #include "loom/core/error.h"
 #include "loom/device/device.h"
 #include "loom/device/sim_allocator.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/sd_family.h"
 #include "loom/train/low_vram.h"
 #include "tiny_sd.h"
 
@@ -66,7 +66,8 @@ TEST_F(LowVramModeTest, RaisingToBf16NeedsNoFreeDeviceMemory) {
                                  static_cast<torch::nn::Module*>(model.text_encoder.get())}) {
         for (auto& p : m->parameters()) p.requires_grad_(false);
     }
-    LowVramMode mode(model, *device_);
+    StableDiffusionFamily family(model);  // shares the model's modules
+    LowVramMode mode(family, *device_);
     mode.place_model(1);
     const std::uint64_t placed = device_->stats().allocated;
     ASSERT_GT(placed, 0u);
@@ -95,7 +96,8 @@ TEST_F(LowVramModeTest, ChannelsLastSurvivesEveryLevel) {
     };
     for (const int level : {0, 1, 2, 3, -3}) {  // -3: placed at 0, then raised to 3
         StableDiffusion model = load();
-        LowVramMode mode(model, *device_, PlacementOptions{false, true});
+        StableDiffusionFamily family(model);  // shares the model's modules
+        LowVramMode mode(family, *device_, PlacementOptions{false, true});
         mode.place_model(std::max(level, 0));
         if (level < 0) mode.set_level(-level);
         const std::string when = "low_vram " + std::to_string(level);
@@ -110,7 +112,8 @@ TEST_F(LowVramModeTest, ChannelsLastSurvivesEveryLevel) {
 // the VAE on the device for the whole run).
 TEST_F(LowVramModeTest, EncodersThatDoNotFitGoBackToTheHost) {
     StableDiffusion model = load(false);
-    LowVramMode mode(model, *device_);
+    StableDiffusionFamily family(model);  // shares the model's modules
+    LowVramMode mode(family, *device_);
     mode.place_model(1);
     const std::uint64_t placed = device_->stats().allocated;
     SimAllocator::install().set_budget(placed + 4096);  // room for a weight or two, not all
@@ -129,7 +132,8 @@ TEST_F(LowVramModeTest, EncodersThatDoNotFitGoBackToTheHost) {
 // and levels below 2 stay refused (bf16 cannot become float32 again).
 TEST_F(LowVramModeTest, LevelThreeGoesBackToTwoAndComputesTheSame) {
     StableDiffusion model = load();
-    LowVramMode mode(model, *device_);
+    StableDiffusionFamily family(model);  // shares the model's modules
+    LowVramMode mode(family, *device_);
     mode.place_model(2);
     // bf16 in, as the training step feeds a bf16 base.
     auto output = [&] { return unet_output(model, at::kBFloat16, 3); };
@@ -149,7 +153,8 @@ TEST_F(LowVramModeTest, LevelThreeGoesBackToTwoAndComputesTheSame) {
 // originals kept, level 1 returns exactly — the same weights, the same memory, the same output.
 TEST_F(LowVramModeTest, WithTheFloat32WeightsKeptBf16GoesBackExactly) {
     StableDiffusion model = load();
-    LowVramMode mode(model, *device_);
+    StableDiffusionFamily family(model);  // shares the model's modules
+    LowVramMode mode(family, *device_);
     mode.place_model(1);
     auto output = [&] { return unet_output(model, at::kFloat, 5); };
     const at::Tensor at_one = output();

@@ -38,12 +38,47 @@ TEST(Objective, ASlotDrawsTheSameInAnyMicroBatch) {
     EXPECT_FALSE(torch::equal(next_step.noise[0], alone.noise[0]));
     const NoisedBatch other_seed = objective.noise(x0.slice(0, 2, 3), {2}, 8, 4, *device);
     EXPECT_FALSE(torch::equal(other_seed.noise[0], alone.noise[0]));
-    for (std::int64_t t : together.slot_timesteps) {
+    for (double t : together.slot_timesteps) {
         EXPECT_GE(t, 0);
         EXPECT_LE(t, 999);
     }
     // epsilon prediction: the target is the noise itself.
     EXPECT_TRUE(torch::equal(together.target, together.noise));
+}
+
+// Flow matching (Flux): x_t = (1 - t/1000) x0 + (t/1000) noise, target noise - x0, float
+// timesteps from ai-toolkit's table for the type — per slot, as DDPM's draws are.
+TEST(Objective, FlowMatchingNoisesLinearlyAndTargetsTheVelocity) {
+    const auto device = open_device(DeviceSpec{DeviceKind::kCpu});
+    ObjectiveOptions options;
+    options.timestep_type = FlowTimestepType::sigmoid;
+    const DiffusionObjective objective(options, FlowMatchConfig{});
+    EXPECT_TRUE(objective.flow_matching());
+    const at::Tensor x0 = torch::randn({3, 16, 8, 8});
+    const NoisedBatch b = objective.noise(x0, {0, 1, 2}, 9, 2, *device);
+    EXPECT_EQ(b.timesteps.scalar_type(), at::kFloat);
+    for (std::int64_t i = 0; i < 3; ++i) {
+        const double t = b.timesteps[i].item<double>() / 1000.0;
+        EXPECT_GT(t, 0.0);
+        EXPECT_LE(t, 1.0);
+        EXPECT_TRUE(torch::allclose(b.noisy[i], (1 - t) * x0[i] + t * b.noise[i], 1e-5, 1e-5));
+    }
+    EXPECT_TRUE(torch::allclose(b.target, b.noise - x0));
+    const NoisedBatch alone = objective.noise(x0.slice(0, 1, 2), {1}, 9, 2, *device);
+    EXPECT_TRUE(torch::equal(alone.noise[0], b.noise[1]));
+    EXPECT_EQ(alone.slot_timesteps[0], b.slot_timesteps[1]);
+    // The type shapes the draws: linear spreads them evenly, sigmoid gathers them mid-way.
+    auto mean_distance_from_middle = [&](FlowTimestepType type) {
+        ObjectiveOptions o;
+        o.timestep_type = type;
+        const DiffusionObjective obj(o, FlowMatchConfig{});
+        std::vector<std::size_t> slots(256);
+        for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = i;
+        const NoisedBatch many = obj.noise(torch::zeros({256, 16, 2, 2}), slots, 1, 0, *device);
+        return (many.timesteps - 500).abs().mean().item<double>();
+    };
+    EXPECT_LT(mean_distance_from_middle(FlowTimestepType::sigmoid),
+              mean_distance_from_middle(FlowTimestepType::linear) - 50);
 }
 
 TEST(Objective, NoiseOffsetAddsOneConstantPerChannel) {

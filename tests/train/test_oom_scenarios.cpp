@@ -23,6 +23,7 @@
 #include "loom/guard/plan_store.h"
 #include "loom/model/tensor_file.h"
 #include "loom/train/trainer.h"
+#include "scenario_runs.h"
 #include "tiny_sd.h"
 
 namespace loom {
@@ -30,6 +31,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::change_rules;
+using testing::events_named;
+using testing::metric_lines;
+using testing::read_events;
 
 constexpr std::uint64_t kMiB = 1024 * 1024;
 
@@ -37,35 +42,6 @@ constexpr std::uint64_t kMiB = 1024 * 1024;
 void add_images(const fs::path& folder, int count, int width, int height, int first = 0) {
     for (int i = first; i < first + count; ++i)
         testing::write_square_image(folder, i, width, height);
-}
-
-std::vector<json> read_events(const fs::path& run) {
-    std::vector<json> out;
-    std::ifstream in(run / "events.jsonl");
-    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-    return out;
-}
-
-std::vector<json> events_named(const std::vector<json>& all, const std::string& name) {
-    std::vector<json> out;
-    for (const json& e : all) {
-        if (e.at("event") == name) out.push_back(e);
-    }
-    return out;
-}
-
-// The rules of every change, in order.
-std::vector<std::string> change_rules(const std::vector<json>& all) {
-    std::vector<std::string> out;
-    for (const json& e : events_named(all, "change")) out.push_back(e.at("rule"));
-    return out;
-}
-
-std::size_t metric_lines(const fs::path& run) {
-    std::ifstream in(run / "metrics.jsonl");
-    std::size_t n = 0;
-    for (std::string line; std::getline(in, line);) ++n;
-    return n;
 }
 
 struct JobSpec {
@@ -177,19 +153,9 @@ class OomScenarios : public ::testing::Test {
     static TrainSummary train(const JobSpec& s, bool fresh = true,
                               guard::PlanStore* store = nullptr) {
         TrainOverrides o;
-        o.progress_line = false;
         o.fresh = fresh;
         o.plan_store = store;
-        const config::Job j = job(s);
-        if (s.preset_low_vram) {
-            guard::Plan p = guard::plan_from_job(j.config.process.at(0));
-            p.low_vram = *s.preset_low_vram;
-            fs::remove_all(run_folder(s.name));
-            fs::create_directories(run_folder(s.name));
-            guard::save_plan(run_folder(s.name) / "plan.yaml", p);
-            o.fresh = false;
-        }
-        return train_process(j, 0, o);
+        return testing::train_scenario(job(s), run_folder(s.name), o, s.preset_low_vram);
     }
 
     static fs::path run_folder(const std::string& name) { return root_ / "runs" / name; }
@@ -202,11 +168,7 @@ class OomScenarios : public ::testing::Test {
         s.probe = true;
         s.vram = "4GiB";
         train(s);
-        for (const json& e : events_named(read_events(run_folder(s.name)), "probe")) {
-            if (e.at("part") == part) return e.at("peak").get<std::uint64_t>();
-        }
-        ADD_FAILURE() << "no probe event for " << part;
-        return 0;
+        return testing::probe_peak(run_folder(s.name), part);
     }
 
     static std::string mib(std::uint64_t bytes) { return std::to_string(bytes / 1024) + "KiB"; }
@@ -468,8 +430,8 @@ TEST_F(OomScenarios, E_DirtyDeviceIsAWorkerStateErrorAtOnce) {
     ASSERT_EQ(events_named(events, "worker_state").size(), 1u);
 }
 
-// F. A budget below the model's weights: the ladder tries every low_vram level for the load
-// and the cache phase, then says "does not fit", with the smallest plan tried.
+// F. A budget below the model's weights: the ladder tries every low_vram level for the load,
+// then the step's rungs, then says "does not fit", with the smallest plan tried.
 TEST_F(OomScenarios, F_BudgetBelowTheWeightsDoesNotFit) {
     JobSpec s;
     s.name = "f";
@@ -485,13 +447,16 @@ TEST_F(OomScenarios, F_BudgetBelowTheWeightsDoesNotFit) {
     }
     const auto events = read_events(run_folder("f"));
     const auto ooms = events_named(events, "oom");
-    ASSERT_EQ(ooms.size(), 4u);
+    ASSERT_EQ(ooms.size(), 6u);
     for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(ooms[i].at("phase"), "load");
-    // At level 3 the UNet's block weights stay on the host, so the load itself fits; what does
-    // not is the VAE on the device for the cache phase, with every rung tried.
-    EXPECT_EQ(ooms[3].at("phase"), "cache");
-    EXPECT_EQ(change_rules(events),
-              (std::vector<std::string>{"load.low_vram", "load.low_vram", "load.low_vram"}));
+    // At level 3 the UNet's block weights stay on the host, so the load itself fits, and the
+    // encoders compute on the host, so the cache phase does too; what does not is a training
+    // step, with every rung tried.
+    for (std::size_t i = 3; i < ooms.size(); ++i) EXPECT_EQ(ooms[i].at("phase"), "probe");
+    EXPECT_EQ(
+        change_rules(events),
+        (std::vector<std::string>{"load.low_vram", "load.low_vram", "load.low_vram",
+                                  "train.gradient_checkpointing", "train.batch_1_accumulate"}));
     EXPECT_EQ(events_named(events, "does_not_fit").size(), 1u);
 }
 

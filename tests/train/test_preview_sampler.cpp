@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "loom/train/preview_sampler.h"
+#include "loom/model/preview_sampler.h"
 #include "tiny_sd.h"
 
 namespace loom {

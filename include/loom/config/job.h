@@ -75,7 +75,9 @@ struct SaveConfig {
     int save_every = 1000;
     std::string dtype = "float16";
     int max_step_saves_to_keep = 5;
-    std::string format = "kohya";  // loom: LoRA key layout, kohya (lora_unet_...) or peft
+    // loom: the LoRA key layout, kohya (lora_unet_...) or peft; resolved: kohya for SD, peft
+    // (diffusers' transformer.… names, as ai-toolkit saves) for Flux.
+    std::optional<std::string> format;
     std::string save_format = "safetensors";
     bool push_to_hub = false;
     std::optional<std::string> hf_repo_id;
@@ -273,10 +275,9 @@ struct TrainConfig {
                 {"fp16", "half", "float16", "8bit", "e4m3fn", "float8"},
                 "loom computes in fp32 instead"});
         v("noise_scheduler", &TrainConfig::noise_scheduler,
-          OneOf{{"ddpm"},
-                {"flowmatch", "lcm", "custom_lcm", "ddim", "lms", "euler", "euler_a", "pndm",
-                 "dpmsolver"},
-                "loom trains SD models with the DDPM objective"});
+          OneOf{{"ddpm", "flowmatch"},
+                {"lcm", "custom_lcm", "ddim", "lms", "euler", "euler_a", "pndm", "dpmsolver"},
+                "loom trains SD models with the DDPM objective and Flux with flow matching"});
         v("timestep_type", &TrainConfig::timestep_type,
           OneOf{{"sigmoid", "linear", "weighted", "shift", "flux_shift", "lumina2_shift",
                  "lognorm_blend", "next_sample", "one_step", "two_step", "four_step",
@@ -532,10 +533,10 @@ struct SampleConfig {
     template <class V>
     static void fields(V& v) {
         v("sampler", &SampleConfig::sampler,
-          OneOf{{"ddpm", "ddim", "euler"},
-                {"flowmatch", "pndm", "lms", "k_lms", "k_euler", "euler_a", "dpmsolver",
-                 "dpmsolver++", "k_dpmsolver", "k_dpmsolver++", "dpmsingle", "heun", "dpm_2",
-                 "dpm_2_a", "lcm", "custom_lcm", "mean_flow"},
+          OneOf{{"ddpm", "ddim", "euler", "flowmatch"},
+                {"pndm", "lms", "k_lms", "k_euler", "euler_a", "dpmsolver", "dpmsolver++",
+                 "k_dpmsolver", "k_dpmsolver++", "dpmsingle", "heun", "dpm_2", "dpm_2_a", "lcm",
+                 "custom_lcm", "mean_flow"},
                 "loom samples with ddim instead"});
         v("sample_every", &SampleConfig::sample_every, AtLeast{1});
         v("sample_start_step", &SampleConfig::sample_start_step, AtLeast{0});

@@ -133,6 +133,10 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
     // The prediction (flow-matching velocity) for the packed latents: [B, S, out_channels].
     at::Tensor forward(const FluxInputs& in);
     const FluxConfig& config() const { return config_; }
+    // Each double- and single-stream block recomputed in backward instead of keeping its
+    // activations (model/checkpoint.h), as diffusers' gradient checkpointing does per block.
+    void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
+    bool gradient_checkpointing() const { return checkpointing_; }
     torch::nn::ModuleList& double_blocks() { return transformer_blocks; }
     torch::nn::ModuleList& single_blocks() { return single_transformer_blocks; }
 
@@ -141,6 +145,7 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
     const FluxRope& rope_for(const at::Tensor& ids);
 
     FluxConfig config_;
+    bool checkpointing_ = false;
     at::Tensor rope_ids_;
     FluxRope rope_;
     Linear x_embedder{nullptr}, context_embedder{nullptr};

@@ -26,6 +26,9 @@ struct ArchSpec {
     bool two_text_encoders;
     int64_t bucket_divisibility;  // image sides are multiples of this (ai-toolkit: 16 for SD)
     bool trainable;
+    // Previews run a classifier-free pass beside the conditional one (a guidance scale above 1
+    // doubles the sampling batch); Flux.1's distilled guidance is an embedding instead.
+    bool cfg_previews;
 };
 
 const std::vector<ArchSpec>& arch_registry();

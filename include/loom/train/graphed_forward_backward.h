@@ -19,25 +19,25 @@
 #include <string>
 #include <vector>
 
+#include "loom/model/family.h"
+
 namespace loom {
 
 class DiffusionObjective;
 class StepGraphs;
-class UNet2DConditionModelImpl;
 
 class GraphedForwardBackward {
   public:
     struct Inputs {
-        at::Tensor noisy;  // already in the UNet's dtype
+        at::Tensor noisy;  // already in the denoiser's dtype
         at::Tensor timesteps;
-        at::Tensor context;
-        at::Tensor text_embeds;  // SDXL only (undefined otherwise)
-        at::Tensor time_ids;     // SDXL only
+        StepConditioning conditioning;  // pooled and extra may be undefined
         at::Tensor target;
         double weight = 1.0;  // the micro-batch's share of the step's items
     };
 
-    GraphedForwardBackward(StepGraphs& graphs, UNet2DConditionModelImpl& unet,
+    // `model` must predict capturably (ModelFamily::predict_is_capturable).
+    GraphedForwardBackward(StepGraphs& graphs, ModelFamily& model,
                            const DiffusionObjective& objective, std::vector<at::Tensor> params);
 
     // A step begins: the accumulators go to zero and become the parameters' .grad.
@@ -59,7 +59,7 @@ class GraphedForwardBackward {
     void work(Static& s);
 
     StepGraphs& graphs_;
-    UNet2DConditionModelImpl& unet_;
+    ModelFamily& model_;
     const DiffusionObjective& objective_;
     std::vector<at::Tensor> params_;
     std::vector<at::Tensor> accumulated_;

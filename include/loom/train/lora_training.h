@@ -1,6 +1,7 @@
 #pragma once
 
-// The trainable half of a run: the job's LoRA injected into the UNet, its AdamW state, the EMA
+// The trainable half of a run: the job's LoRA injected into the denoiser (the UNet, Flux's
+// transformer), its AdamW state, the EMA
 // averages and the learning-rate schedule — set up from the job, stepped, written to LoRA files
 // and to checkpoints, and restored from them. The frozen base model is not here.
 
@@ -14,7 +15,7 @@
 #include "loom/config/job.h"
 #include "loom/io/safetensors.h"
 #include "loom/lora/lora_network.h"
-#include "loom/model/unet_2d_condition.h"
+#include "loom/model/family.h"
 #include "loom/train/adamw.h"
 #include "loom/train/checkpoint_state.h"
 #include "loom/train/ema.h"
@@ -27,11 +28,12 @@ class StepGraphs;
 
 class LoRATraining {
   public:
-    // Injects `process`'s network into `unet` (initialised from `seed`, placed on `device`,
+    // Injects `process`'s network into `denoiser`, whose kind picks the target rule
+    // (lora/target_rules.h) (initialised from `seed`, placed on `device`,
     // loaded from network.pretrained_lora_path when set) and creates the optimizer, the
     // schedule and (train.ema_config.use_ema) the EMA.
-    LoRATraining(const config::ProcessConfig& process, UNet2DConditionModel& unet,
-                 const Device& device, std::uint64_t seed);
+    LoRATraining(const config::ProcessConfig& process, torch::nn::Module& denoiser,
+                 DenoiserKind kind, const Device& device, std::uint64_t seed);
 
     LoRANetwork& network() { return *network_; }
     AdamW& optimizer() { return *optimizer_; }

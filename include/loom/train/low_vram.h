@@ -9,11 +9,12 @@
 //   2. bf16 base: the frozen base weights are held in bf16 (when they are float32); the LoRA
 //      weights and the optimizer state stay float32. ai-toolkit's `model.quantize: true` maps
 //      here until loom quantizes for real.
-//   3. block streaming: the frozen Linear/Conv2d weights of the UNet's down, mid and up blocks
-//      stay on the host; each layer fetches a device copy for its forward (and for its
-//      recompute under gradient checkpointing), which is released when the computation that
-//      used it is done. On CUDA the host copies are pinned, so the fetches are plain DMA. By
-//      default a layer's copy is made on the compute stream when the layer runs; with
+//   3. block streaming: the frozen Linear/Conv2d weights of the denoiser's blocks (the UNet's
+//      down, mid and up blocks; Flux's double- and single-stream blocks: the family says which,
+//      ModelFamily::streams_weights_of) stay on the host; each layer fetches a device copy for its
+//      forward (and for its recompute under gradient checkpointing), which is released when the
+//      computation that used it is done. On CUDA the host copies are pinned, so the fetches are
+//      plain DMA. By default a layer's copy is made on the compute stream when the layer runs; with
 //      perf.stream_prefetch the copies of the next layers run ahead on a side stream
 //      (train/prefetching_weight_source.h), at the cost of up to
 //      PrefetchingWeightSource::kDepth layers' copies more device memory.
@@ -24,9 +25,9 @@
 // only while keep_originals(true) kept the float32 base weights on the host (bf16 cannot become
 // float32 again otherwise). Scale-up leaves low_vram alone.
 //
-// Placement also applies perf.channels_last: the UNet's and the VAE's conv weights are converted
-// on the host before anything is placed, and every later copy (bf16, streaming, fetches) keeps
-// the layout (model/memory_format.h).
+// Placement also applies perf.channels_last: the denoiser's and the VAE's conv weights are
+// converted on the host before anything is placed, and every later copy (bf16, streaming, fetches)
+// keeps the layout (model/memory_format.h).
 
 #include <memory>
 #include <optional>
@@ -34,7 +35,7 @@
 #include <vector>
 
 #include "loom/device/device.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/family.h"
 #include "loom/train/prefetching_weight_source.h"
 
 namespace loom {
@@ -42,14 +43,14 @@ namespace loom {
 // The perf switches placement applies (config::PerfConfig); both off by default.
 struct PlacementOptions {
     bool stream_prefetch = false;  // level 3 copies the next layers ahead
-    bool channels_last = false;    // UNet and VAE conv weights channels-last
+    bool channels_last = false;    // denoiser and VAE conv weights channels-last
 };
 
 class LowVramMode {
   public:
     static constexpr int kLevels = 3;
 
-    LowVramMode(StableDiffusion& model, Device& device, PlacementOptions options = {})
+    LowVramMode(ModelFamily& model, Device& device, PlacementOptions options = {})
         : model_(model), device_(device), options_(options) {}
 
     // Places a freshly loaded (host-resident) model on the device as `level` asks.
@@ -62,6 +63,10 @@ class LowVramMode {
     // model's float32 size while on).
     void keep_originals(bool keep);
     int level() const { return level_; }
+    // At level 3 the encoders also compute where they live, on the host, when caching latents
+    // and text embeddings (and for a cache miss): a T5 too large to visit the device next to
+    // the placed transformer still encodes. Previews bring them to the device as below.
+    bool encode_on_host() const { return level_ >= 3; }
 
     // Releases the device copies block streaming made ahead of use (perf.stream_prefetch): what
     // a failed attempt held, after an OOM. A no-op without prefetch.
@@ -84,17 +89,16 @@ class LowVramMode {
     };
 
   private:
-    std::vector<torch::nn::Module*> encoders() const;
     void encoders_to(bool device);
-    // The frozen float32 base weights to bf16; the UNet is device-resident once placed.
-    void base_to_bf16(bool unet_on_device);
+    // The frozen float32 base weights to bf16; the denoiser is device-resident once placed.
+    void base_to_bf16(bool denoiser_on_device);
     void stream_blocks();
     // Level 3 back to 2: the streamed weights to the device, the layers computing with them again.
     void unstream_blocks();
     // Level 2 back to 1: the kept float32 weights replace the bf16 ones, where each one lives.
     void restore_originals();
 
-    StableDiffusion& model_;
+    ModelFamily& model_;
     Device& device_;
     PlacementOptions options_;
     std::shared_ptr<PrefetchingWeightSource> prefetch_;  // level 3 with stream_prefetch

@@ -1,9 +1,11 @@
 #pragma once
 
-// The training objective of the SD family (DDPM, epsilon or v-prediction): what noise a training
-// example gets, at which timestep, what the model is asked to predict, and the loss. Every random
-// draw is a function of (seed, step, slot) alone, so a slot gets the same noise and timestep in
-// whichever micro-batch a retry puts it (DESIGN.md "Retry semantics"), and a resumed run draws
+// The training objective of a model family (ModelFamily::objective_kind): DDPM for SD (epsilon or
+// v-prediction over the beta schedule), flow matching for Flux (x_t = (1 - t) x0 + t noise,
+// target noise - x0, t drawn as ai-toolkit's train.timestep_type draws it) — what noise a
+// training example gets, at which timestep, what the model is asked to predict, and the loss. Every
+// random draw is a function of (seed, step, slot) alone, so a slot gets the same noise and timestep
+// in whichever micro-batch a retry puts it (DESIGN.md "Retry semantics"), and a resumed run draws
 // what the uninterrupted one would have.
 //
 // Unit-testable without a UNet: the draws and the loss are plain tensor math.
@@ -12,15 +14,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "loom/config/choices.h"
 #include "loom/config/job.h"
+#include "loom/model/flow_match.h"
 #include "loom/model/noise_schedule.h"
 
 namespace loom {
 
 class Device;
+class ModelFamily;
 
 struct ObjectiveOptions {
     int min_timestep = 0;    // train.min_denoising_steps
@@ -28,6 +33,8 @@ struct ObjectiveOptions {
     config::TimestepBias bias = config::TimestepBias::kBalanced;
     double noise_offset = 0.0;  // train.noise_offset: a per-channel constant added to the noise
     config::LossType loss = config::LossType::kMse;
+    // Flow matching: train.timestep_type (resolved to one loom draws for flow-matching jobs).
+    FlowTimestepType timestep_type = FlowTimestepType::sigmoid;
 
     static ObjectiveOptions from(const config::ProcessConfig& process);
 };
@@ -42,19 +49,25 @@ std::int64_t shaped_timestep(double u, int lo, int hi, config::TimestepBias bias
 struct NoisedBatch {
     std::vector<at::Tensor> slot_noise;    // [C, H, W] float32 per slot
     std::vector<at::Tensor> slot_offsets;  // [C, 1, 1] per slot, with a noise offset
-    std::vector<std::int64_t> slot_timesteps;
-    at::Tensor noise;      // [B, C, H, W] on the device, offset included
-    at::Tensor timesteps;  // [B] int64 on the device
-    at::Tensor noisy;      // [B, C, H, W] the model's input
-    at::Tensor target;     // [B, C, H, W] epsilon or velocity (the schedule's prediction type)
+    std::vector<double> slot_timesteps;
+    at::Tensor noise;  // [B, C, H, W] on the device, offset included
+    // [B] on the device: int64 schedule indices (DDPM), float32 t x 1000 (flow matching)
+    at::Tensor timesteps;
+    at::Tensor noisy;   // [B, C, H, W] the model's input
+    at::Tensor target;  // [B, C, H, W] epsilon or v (DDPM's prediction type); noise - x0
 };
 
 class DiffusionObjective {
   public:
     DiffusionObjective() = default;
+    // DDPM over `schedule`.
     DiffusionObjective(ObjectiveOptions options, NoiseSchedule schedule);
+    // Flow matching with `config`'s shift (the shift timestep type).
+    DiffusionObjective(ObjectiveOptions options, FlowMatchConfig config);
+    // The family's objective.
+    static DiffusionObjective for_family(ObjectiveOptions options, const ModelFamily& family);
 
-    const NoiseSchedule& schedule() const { return schedule_; }
+    bool flow_matching() const { return flow_.has_value(); }
 
     // Noises `x0` ([B, C, H, W] on `device`): slot b of the batch is slot `slots[b]` of step
     // `step_index` (0-based) of a run seeded with `seed`.
@@ -67,6 +80,7 @@ class DiffusionObjective {
   private:
     ObjectiveOptions options_;
     NoiseSchedule schedule_;
+    std::optional<FlowMatchConfig> flow_;
 };
 
 }  // namespace loom

@@ -12,14 +12,14 @@
 
 #include "loom/config/job.h"
 #include "loom/guard/plan.h"
-#include "loom/train/preview_sampler.h"
+#include "loom/model/preview_sampler.h"
 
 namespace loom {
 
 class LoRATraining;
 class LowVramMode;
 class RunFolder;
-struct StableDiffusion;
+class ModelFamily;
 
 // The job's previews as requests, in order.
 std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& process);
@@ -27,7 +27,7 @@ std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& proces
 // What the trainer lends the previews: the model with its LoRA, the encoders' placement, the
 // device.
 struct PreviewModel {
-    StableDiffusion& model;
+    ModelFamily& model;
     LoRATraining& lora;
     LowVramMode& low_vram;
     const at::Device device;

@@ -68,6 +68,11 @@ class TrainingData {
     // Every item's latent at its bucket (the cache phase). After an OOM, the retry skips what is
     // already cached.
     void cache_all_latents(const LatentEncode& encode);
+    // Every caption a step can draw (each item's caption, and "" under caption dropout) encoded
+    // into the text cache (the cache phase), so that the encoders stay idle once training starts:
+    // with low_vram they never come back to the device for a step. Only when captions are not
+    // shuffled (encoders_can_idle); a no-op otherwise.
+    void cache_all_text(const data::TextEmbeddingCache::Encode& encode);
     // A caption's conditioning tensors, from the cache or through `encode`.
     NamedTensors conditioning(const std::string& caption,
                               const data::TextEmbeddingCache::Encode& encode);

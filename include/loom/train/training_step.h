@@ -28,7 +28,7 @@ class DiffusionObjective;
 class GraphedForwardBackward;
 class LoRATraining;
 class StepGraphs;
-struct StableDiffusion;
+class ModelFamily;
 namespace guard {
 class Guard;
 }
@@ -47,7 +47,7 @@ class TrainingStep {
     // What a step works with; every reference must outlive the TrainingStep.
     struct Parts {
         const Device& device;
-        StableDiffusion& model;
+        ModelFamily& model;
         TrainingData& data;
         LoRATraining& lora;
         const DiffusionObjective& objective;
@@ -78,7 +78,8 @@ class TrainingStep {
 
   private:
     // Whether this attempt's micro-batches go through the graphs: block streaming (low_vram 3)
-    // fetches weights from the host inside the computation, which stays eager.
+    // fetches weights from the host inside the computation, which stays eager, and so does a
+    // family whose prediction is not capturable (ModelFamily::predict_is_capturable).
     bool graphed(const guard::Plan& plan) const;
     at::Tensor forward_backward(const data::MicroBatch& micro,
                                 const std::vector<data::Batch>& batches, std::int64_t step_index,

@@ -1,4 +1,4 @@
-#include "loom/train/flux_preview_sampler.h"
+#include "loom/model/flux_preview_sampler.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

@@ -1,4 +1,4 @@
-#include "loom/train/preview_sampler.h"
+#include "loom/model/preview_sampler.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

@@ -1,8 +1,9 @@
 #pragma once
 
-// The frozen encoders of a Stable Diffusion model as training uses them: the VAE turns an item's
+// The frozen encoders of the base model (any family) as training uses them: the VAE turns an item's
 // image into its latent, the text encoder(s) turn a caption into its conditioning. Under low_vram
-// the encoders live on the host and come to the device for the call. What they return is
+// the encoders live on the host and come to the device for the call (at level 3 they compute
+// on the host instead: LowVramMode::encode_on_host). What they return is
 // host memory, ready for the caches (data/tensor_cache.h).
 
 #include <ATen/core/Tensor.h>
@@ -17,13 +18,13 @@ namespace loom {
 
 class Device;
 class LowVramMode;
-struct StableDiffusion;
+class ModelFamily;
 
-class SdEncoders {
+class TrainingEncoders {
   public:
     // Every reference must outlive the encoders; `seed` is the run's (training_seed).
-    SdEncoders(StableDiffusion& model, LowVramMode& low_vram, const Device& device,
-               std::uint64_t seed)
+    TrainingEncoders(ModelFamily& model, LowVramMode& low_vram, const Device& device,
+                     std::uint64_t seed)
         : model_(model), low_vram_(low_vram), device_(device), seed_(seed) {}
 
     // The scaled (and shifted) latent sample of `image` ([3, H, W] in [-1, 1]). The sample's
@@ -43,7 +44,9 @@ class SdEncoders {
     }
 
   private:
-    StableDiffusion& model_;
+    class Placement;
+
+    ModelFamily& model_;
     LowVramMode& low_vram_;
     const Device& device_;
     std::uint64_t seed_;

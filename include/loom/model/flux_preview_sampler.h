@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "loom/model/flux_model.h"
-#include "loom/train/preview_sampler.h"
+#include "loom/model/preview_sampler.h"
 
 namespace loom {
 

@@ -1,0 +1,110 @@
+#pragma once
+
+// The model-family seam: everything the trainer needs from a diffusion model family, behind one
+// interface, so that training, the ladder's rungs and previews never name a UNet or a
+// transformer. A family is loaded from a diffusers folder (load_model_family picks the family
+// from model_index.json) into host memory; the trainer places it (train/low_vram.h), encodes its
+// data with it, asks it for predictions and samples previews through it.
+//
+// Implementations: StableDiffusionFamily (SD 1.x/2.x, SDXL: a UNet, DDPM) and FluxFamily
+// (Flux.1 dev and schnell: a transformer over packed latents, flow matching). A new family (Wan)
+// is a new implementation, as llama.cpp's graph builders hide each architecture behind llm_arch.
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/model/flow_match.h"
+#include "loom/model/noise_schedule.h"
+#include "loom/model/preview_sampler.h"
+#include "loom/model/text_conditioning.h"
+
+namespace loom {
+
+class AutoencoderKLImpl;
+
+// The module a LoRA trains, by kind: it decides the target rule and the LoRA file's prefix
+// (lora/target_rules.h).
+enum class DenoiserKind { kUNet, kFluxTransformer };
+
+// How a family is trained: DDPM (epsilon or v-prediction over a beta schedule) or flow matching
+// (x_t = (1 - t) x0 + t noise, the velocity noise - x0 as target).
+enum class ObjectiveKind { kDdpm, kFlowMatch };
+
+// A micro-batch's text conditioning on the device, in the denoiser's dtype.
+struct StepConditioning {
+    at::Tensor context;  // [B, tokens, width]
+    at::Tensor pooled;   // [B, width], or undefined for a family without one (SD 1.x)
+    at::Tensor extra;    // family-specific, made by extra_conditioning (SDXL's size ids)
+};
+
+class ModelFamily {
+  public:
+    virtual ~ModelFamily() = default;
+
+    // "sd1", "sd2", "sdxl", "flux" (the arch registry's name, stable_diffusion.h).
+    virtual const std::string& arch() const = 0;
+    virtual const std::filesystem::path& root() const = 0;
+
+    // --- components ---
+    virtual DenoiserKind denoiser_kind() const = 0;
+    virtual torch::nn::Module& denoiser() = 0;
+    virtual AutoencoderKLImpl& vae() = 0;
+    // The VAE and the text encoder(s): what low_vram's first level keeps on the host.
+    virtual std::vector<torch::nn::Module*> encoders() = 0;
+    // Whether the denoiser's module `name` (its path inside the denoiser) is inside the blocks
+    // whose weights low_vram's third level streams from the host.
+    virtual bool streams_weights_of(const std::string& name) const = 0;
+    virtual void set_gradient_checkpointing(bool on) = 0;
+    // perf.channels_last: the convolutions' weights (denoiser and VAE) channels-last.
+    virtual void set_channels_last(bool on) = 0;
+    // The CUDA-graph path (perf.cuda_graphs) can capture predict: it must launch kernels only
+    // (no host reads, no host-made tensors).
+    virtual bool predict_is_capturable() const = 0;
+
+    // --- data ---
+    // Image sides (buckets) are multiples of this.
+    virtual int64_t bucket_divisibility() const = 0;
+    // The prompts' conditioning as the family's pipeline computes it.
+    virtual TextConditioning encode_prompts(const std::vector<std::string>& prompts) = 0;
+    // What predict needs beside the text for a batch of `batch` latents of a `height` x `width`
+    // image (pixels), on the host; undefined when the family needs nothing more.
+    virtual at::Tensor extra_conditioning(int64_t height, int64_t width, int64_t batch) const = 0;
+
+    // --- training ---
+    virtual ObjectiveKind objective_kind() const = 0;
+    // The DDPM schedule (kDdpm families) or the flow-matching config (kFlowMatch families).
+    virtual NoiseScheduleConfig ddpm_schedule() const = 0;
+    virtual FlowMatchConfig flow_match() const = 0;
+    // The denoiser's prediction for `noisy` latents [B, C, h, w] (in the denoiser's dtype) at
+    // `timesteps` [B] (DDPM: int64 indices; flow matching: float t x 1000), in the latents'
+    // layout: packing and position ids are the family's business.
+    virtual at::Tensor predict(const at::Tensor& noisy, const at::Tensor& timesteps,
+                               const StepConditioning& conditioning) = 0;
+
+    // --- previews ---
+    // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order.
+    virtual std::vector<at::Tensor> sample(const std::vector<PreviewRequest>& requests,
+                                           const PreviewOptions& options,
+                                           const at::Device& device) = 0;
+};
+
+struct FamilyLoadOptions {
+    at::ScalarType dtype = at::kFloat;
+    // A DDPM family predicts velocity (ai-toolkit's model.is_v_pred); flow matching ignores it.
+    bool v_prediction = false;
+};
+
+// The family of the diffusers folder at `root` (model_index.json's _class_name), every component
+// loaded into host memory in `options.dtype`, in eval mode. FormatError naming the file when the
+// folder is not one loom loads.
+std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root,
+                                               const FamilyLoadOptions& options = {});
+
+}  // namespace loom

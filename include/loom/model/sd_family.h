@@ -1,0 +1,49 @@
+#pragma once
+
+// Stable Diffusion (SD 1.x/2.x, SDXL) as a model family (model/family.h): the UNet is the
+// denoiser, DDPM (epsilon or v-prediction) the objective, CLIP the text encoder(s), SDXL's size
+// ids the extra conditioning, the DDIM/Euler sampler with classifier-free guidance the previews.
+
+#include <string>
+
+#include "loom/model/family.h"
+#include "loom/model/stable_diffusion.h"
+
+namespace loom {
+
+class StableDiffusionFamily final : public ModelFamily {
+  public:
+    explicit StableDiffusionFamily(StableDiffusion model) : model_(std::move(model)) {}
+
+    StableDiffusion& model() { return model_; }
+
+    const std::string& arch() const override { return model_.arch; }
+    const std::filesystem::path& root() const override { return model_.folder.root; }
+    DenoiserKind denoiser_kind() const override { return DenoiserKind::kUNet; }
+    torch::nn::Module& denoiser() override { return *model_.unet; }
+    AutoencoderKLImpl& vae() override { return *model_.vae; }
+    std::vector<torch::nn::Module*> encoders() override;
+    bool streams_weights_of(const std::string& name) const override;
+    void set_gradient_checkpointing(bool on) override;
+    void set_channels_last(bool on) override;
+    bool predict_is_capturable() const override { return true; }
+
+    int64_t bucket_divisibility() const override;
+    TextConditioning encode_prompts(const std::vector<std::string>& prompts) override;
+    at::Tensor extra_conditioning(int64_t height, int64_t width, int64_t batch) const override;
+
+    ObjectiveKind objective_kind() const override { return ObjectiveKind::kDdpm; }
+    NoiseScheduleConfig ddpm_schedule() const override { return model_.scheduler; }
+    FlowMatchConfig flow_match() const override;
+    at::Tensor predict(const at::Tensor& noisy, const at::Tensor& timesteps,
+                       const StepConditioning& conditioning) override;
+
+    std::vector<at::Tensor> sample(const std::vector<PreviewRequest>& requests,
+                                   const PreviewOptions& options,
+                                   const at::Device& device) override;
+
+  private:
+    StableDiffusion model_;
+};
+
+}  // namespace loom

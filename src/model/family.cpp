@@ -1,0 +1,23 @@
+#include "loom/model/family.h"
+
+#include "loom/model/flux_family.h"
+#include "loom/model/sd_family.h"
+
+namespace loom {
+
+std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root,
+                                               const FamilyLoadOptions& options) {
+    const DiffusersFolder folder = read_diffusers_folder(root);
+    if (is_flux_pipeline(folder)) {
+        FluxLoadOptions o;
+        o.dtype = options.dtype;
+        return std::make_unique<FluxFamily>(load_flux(root, o), "flux");
+    }
+    LoadOptions o;
+    o.dtype = options.dtype;
+    StableDiffusion sd = load_stable_diffusion(root, o);
+    if (options.v_prediction) sd.scheduler.prediction_type = "v_prediction";
+    return std::make_unique<StableDiffusionFamily>(std::move(sd));
+}
+
+}  // namespace loom

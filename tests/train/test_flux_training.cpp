@@ -1,0 +1,308 @@
+// Flux.1 LoRA training end to end on the simulated device, through the model-family seam: the
+// tiny random Flux of tests/parity/flux_reference.py (dev: guidance embedding, T5 and CLIP-L),
+// flow matching, previews, checkpoints and resume, and the ladder's rungs acting on Flux under
+// real budgets. Budgets are measured, not magic numbers: each test first runs a one-step
+// calibration with the probe on and reads its peak from events.jsonl.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "loom/config/load.h"
+#include "loom/guard/plan.h"
+#include "loom/model/tensor_file.h"
+#include "loom/train/trainer.h"
+#include "scenario_runs.h"
+#include "tiny_sd.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::change_rules;
+using testing::events_named;
+using testing::metric_lines;
+using testing::read_events;
+
+constexpr std::uint64_t kMiB = 1024 * 1024;
+
+struct FluxJob {
+    std::string name;
+    int steps = 4;
+    int batch = 2;
+    bool checkpointing = false;
+    bool probe = false;
+    bool sampling = false;
+    bool first_sample = false;
+    int sample_size = 64;
+    int save_every = 1000;
+    std::string vram = "4GiB";
+    std::optional<int> preset_low_vram;  // start from a plan.yaml with this low_vram level
+};
+
+class FluxTraining : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        const char* parity = std::getenv("LOOM_PARITY_DIR");
+        if (parity == nullptr || !fs::exists(fs::path(parity) / "flux" / "model_index.json")) {
+            return;
+        }
+        model_ = fs::path(parity) / "flux";
+        root_ = fs::temp_directory_path() / ("loom_flux_train_" + std::to_string(::getpid()));
+        fs::remove_all(root_);
+        for (int i = 0; i < 4; ++i) testing::write_square_image(root_ / "data", i, 64, 64);
+    }
+    static void TearDownTestSuite() {
+        if (!root_.empty()) fs::remove_all(root_);
+    }
+    void SetUp() override {
+        if (model_.empty()) {
+            GTEST_SKIP() << "LOOM_PARITY_DIR has no tiny Flux (tests/parity/make_reference.py)";
+        }
+    }
+
+    static config::Job job(const FluxJob& s) {
+        std::ostringstream y;
+        y << "job: extension\nconfig:\n  name: " << s.name << "\n  process:\n"
+          << "    - type: sd_trainer\n"
+          << "      training_folder: " << (root_ / "runs").string() << "\n"
+          << "      device: sim\n"
+          << "      training_seed: 5\n"
+          << "      trigger_word: sks\n"
+          << "      network: {type: lora, linear: 4, linear_alpha: 4}\n"
+          << "      save: {dtype: float32, save_every: " << s.save_every << "}\n"
+          << "      datasets:\n"
+          << "        - folder_path: " << (root_ / "data").string() << "\n"
+          << "          resolution: [64]\n"
+          << "          cache_latents_to_disk: true\n"
+          << "      train:\n"
+          << "        steps: " << s.steps << "\n"
+          << "        lr: 1e-3\n"
+          << "        batch_size: " << s.batch << "\n"
+          << "        noise_scheduler: flowmatch\n"
+          << "        gradient_checkpointing: " << (s.checkpointing ? "true" : "false") << "\n"
+          << "        disable_sampling: " << (s.sampling ? "false" : "true") << "\n"
+          << "        skip_first_sample: " << (s.first_sample ? "false" : "true") << "\n"
+          << "      model: {name_or_path: " << model_.string() << ", is_flux: true}\n"
+          << "      sample:\n"
+          << "        sampler: flowmatch\n"
+          << "        sample_every: 2\n"
+          << "        width: " << s.sample_size << "\n"
+          << "        height: " << s.sample_size << "\n"
+          << "        sample_steps: 2\n"
+          << "        guidance_scale: 4\n"
+          << "        prompts: ['[trigger] square', 'a blue circle']\n"
+          << "      oom:\n"
+          << "        vram_limit: " << s.vram << "\n"
+          << "        probe: " << (s.probe ? "true" : "false") << "\n";
+        return config::load_job_text(y.str(), s.name + ".yaml").job;
+    }
+
+    static TrainSummary train(const FluxJob& s, bool fresh = true,
+                              std::optional<std::int64_t> stop_after = std::nullopt) {
+        TrainOverrides o;
+        o.fresh = fresh;
+        o.stop_after_steps = stop_after;
+        return testing::train_scenario(job(s), run_folder(s.name), o, s.preset_low_vram);
+    }
+
+    static fs::path run_folder(const std::string& name) { return root_ / "runs" / name; }
+
+    // The probe's peak for a one-step run of `s` with a generous budget: a training step
+    // (part "train") or a preview pass (part "sample") under that plan.
+    static std::uint64_t measured_peak(FluxJob s, const std::string& part) {
+        s.name = "calibrate_" + s.name;
+        s.steps = 1;
+        s.probe = true;
+        s.vram = "4GiB";
+        train(s);
+        return testing::probe_peak(run_folder(s.name), part);
+    }
+    static std::uint64_t step_peak(const FluxJob& s) { return measured_peak(s, "train"); }
+    static std::string kib(std::uint64_t bytes) { return std::to_string(bytes / 1024) + "KiB"; }
+
+    static inline fs::path model_;
+    static inline fs::path root_;
+};
+
+// Flow matching trains the transformer's LoRA, previews are sampled with it, the file is
+// diffusers' Flux layout; a run stopped as if killed after step 3 resumes from the checkpoint at
+// step 2 and ends on exactly the LoRA of the uninterrupted run.
+TEST_F(FluxTraining, TrainsSamplesAndResumesExactly) {
+    FluxJob s;
+    s.name = "straight";
+    s.save_every = 2;
+    s.sampling = true;
+    const TrainSummary straight = train(s);
+    ASSERT_EQ(straight.end_step, 4);
+    for (double loss : straight.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
+    const fs::path lora = run_folder("straight") / "straight.safetensors";
+    ASSERT_TRUE(fs::exists(lora));
+    const NamedTensors tensors = read_all_tensors(lora);
+    EXPECT_FALSE(tensors.empty());
+    for (const auto& [name, tensor] : tensors) {
+        EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name;  // diffusers' Flux layout
+    }
+    std::size_t pngs = 0;
+    for (const auto& f : fs::directory_iterator(run_folder("straight") / "samples")) {
+        pngs += f.path().extension() == ".png";
+    }
+    EXPECT_EQ(pngs, 2u * 3u);  // step 2 and the end, 2 prompts + a grid each
+
+    FluxJob k = s;
+    k.name = "killed";
+    k.sampling = false;  // previews draw no training randomness: the LoRA must not depend on them
+    const TrainSummary first = train(k, true, 3);
+    EXPECT_EQ(first.end_step, 3);
+    const TrainSummary resumed = train(k, false);
+    EXPECT_TRUE(resumed.resumed);
+    EXPECT_EQ(resumed.start_step, 2);
+    EXPECT_EQ(resumed.end_step, 4);
+    ASSERT_EQ(resumed.losses.size(), 2u);
+    EXPECT_DOUBLE_EQ(resumed.losses[0], straight.losses[2]);
+    EXPECT_DOUBLE_EQ(resumed.losses[1], straight.losses[3]);
+    EXPECT_EQ(testing::max_lora_difference(lora, run_folder("killed") / "killed.safetensors"), 0.0);
+}
+
+// A real budget between the step's peak with and without checkpointing: step 1 runs out of
+// memory, the ladder turns checkpointing on (per transformer block) and step 1 is trained, not
+// skipped.
+TEST_F(FluxTraining, StepOomTurnsOnBlockCheckpointing) {
+    FluxJob s;
+    s.name = "gc";
+    // The lower levels' rungs come first on a tight budget (the cache phase's T5 at 512 tokens
+    // is heavier than this step): from level 3 on, checkpointing is the next rung.
+    s.preset_low_vram = 3;
+    FluxJob on = s;
+    on.name = "gc_on";
+    on.checkpointing = true;
+    const std::uint64_t without = step_peak(s);
+    const std::uint64_t with = step_peak(on);
+    ASSERT_GT(without, with + kMiB) << "checkpointing must lower a Flux step's peak";
+    s.vram = kib((without + with) / 2);
+    const TrainSummary r = train(s);
+    EXPECT_EQ(r.end_step, 4);
+    const auto events = read_events(run_folder("gc"));
+    const auto ooms = events_named(events, "oom");
+    ASSERT_FALSE(ooms.empty());
+    for (const json& e : ooms) {
+        EXPECT_EQ(e.at("phase"), "train_step");
+        EXPECT_EQ(e.at("step"), 1);
+    }
+    EXPECT_EQ(change_rules(events), std::vector<std::string>{"train.gradient_checkpointing"});
+    const guard::Plan p = guard::load_plan(run_folder("gc") / "plan.yaml");
+    EXPECT_TRUE(p.gradient_checkpointing);
+    EXPECT_EQ(p.batch_size, 2);
+    EXPECT_EQ(metric_lines(run_folder("gc")), 4u);  // zero steps lost
+}
+
+// With checkpointing on, batch 2 does not fit but batch 1 does: the step is trained as two
+// micro-batches of one with the effective batch kept.
+TEST_F(FluxTraining, StepOomGoesToBatchOneWithAccumulation) {
+    FluxJob s;
+    s.name = "b1";
+    s.checkpointing = true;
+    s.preset_low_vram = 3;
+    FluxJob one = s;
+    one.name = "b1_one";
+    one.batch = 1;
+    const std::uint64_t two_peak = step_peak(s);
+    const std::uint64_t one_peak = step_peak(one);
+    ASSERT_GT(two_peak, one_peak + kMiB / 2);
+    s.vram = kib((two_peak + one_peak) / 2);
+    const TrainSummary r = train(s);
+    EXPECT_EQ(r.end_step, 4);
+    const auto events = read_events(run_folder("b1"));
+    EXPECT_EQ(change_rules(events), std::vector<std::string>{"train.batch_1_accumulate"});
+    const guard::Plan p = guard::load_plan(run_folder("b1") / "plan.yaml");
+    EXPECT_EQ(p.batch_size, 1);
+    EXPECT_EQ(p.effective_batch(), 2);
+    EXPECT_EQ(metric_lines(run_folder("b1")), 4u);
+}
+
+// A first preview heavier than a training step: only sampling shrinks (prompts one at a time,
+// then the size), training keeps its plan, and the previews are written.
+TEST_F(FluxTraining, FirstSampleOomShrinksOnlySampling) {
+    FluxJob s;
+    s.name = "sample";
+    s.sampling = true;
+    s.first_sample = true;
+    s.sample_size = 256;
+    s.checkpointing = true;
+    s.preset_low_vram = 1;
+    const std::uint64_t train_peak = measured_peak(s, "train");
+    const std::uint64_t sample_peak = measured_peak(s, "sample");
+    ASSERT_GT(sample_peak, train_peak + kMiB) << "the test needs a preview heavier than a step";
+    s.vram = kib((train_peak + sample_peak) / 2);
+    const TrainSummary r = train(s);
+    EXPECT_EQ(r.end_step, 4);
+    const auto events = read_events(run_folder("sample"));
+    const auto ooms = events_named(events, "oom");
+    ASSERT_FALSE(ooms.empty());
+    for (const json& e : ooms) EXPECT_EQ(e.at("phase"), "first_sample") << e.dump();
+    for (const std::string& rule : change_rules(events)) {
+        EXPECT_EQ(rule.rfind("sample.", 0), 0u) << rule;
+    }
+    const guard::Plan p = guard::load_plan(run_folder("sample") / "plan.yaml");
+    EXPECT_TRUE(p.sample.enabled);
+    EXPECT_EQ(p.batch_size, 2);
+    std::size_t pngs = 0;
+    for (const auto& f : fs::directory_iterator(run_folder("sample") / "samples")) {
+        pngs += f.path().extension() == ".png";
+    }
+    EXPECT_GE(pngs, 3u);  // the first sample's 2 previews and its grid, at least
+}
+
+// T5 dominates loading and caching: a budget the transformer's step fits in but the cache phase
+// with the encoders on the device does not (T5 at 512 tokens) is met by low_vram's levels, up to
+// 3, where the encoders compute on the host; every step is then trained.
+TEST_F(FluxTraining, CachingRunsWithT5OnTheHostWhenTheDeviceIsTooSmall) {
+    FluxJob s;
+    s.name = "t5_host";
+    s.checkpointing = true;
+    s.preset_low_vram = 1;
+    FluxJob streamed = s;
+    streamed.name = "t5_host_lv3";
+    streamed.preset_low_vram = 3;
+    s.vram = kib(step_peak(streamed) + kMiB);
+    const TrainSummary r = train(s);
+    EXPECT_EQ(r.end_step, 4);
+    const auto events = read_events(run_folder("t5_host"));
+    const auto ooms = events_named(events, "oom");
+    ASSERT_FALSE(ooms.empty()) << "the budget should not fit the encoders' pass on the device";
+    for (const json& e : ooms) EXPECT_EQ(e.at("phase"), "cache") << e.dump();
+    for (const std::string& rule : change_rules(events)) EXPECT_EQ(rule, "load.low_vram");
+    EXPECT_EQ(guard::load_plan(run_folder("t5_host") / "plan.yaml").low_vram, 3);
+    EXPECT_EQ(metric_lines(run_folder("t5_host")), 4u);
+}
+
+// Each low_vram level lowers a Flux step's peak: at 0 the captions are encoded for each step
+// (T5 on the device, as without cache_text_embeddings), at 1 they are cached and the text
+// encoders and the VAE are off the device, at 2 the frozen base is in bf16, at 3 the double- and
+// single-stream blocks stream from the host. The figures go to docs/BENCHMARKS.md.
+TEST_F(FluxTraining, EveryLowVramLevelLowersThePeak) {
+    std::vector<std::uint64_t> peaks;
+    for (int level = 0; level <= 3; ++level) {
+        FluxJob s;
+        s.name = "lv" + std::to_string(level);
+        s.checkpointing = true;
+        s.preset_low_vram = level;
+        peaks.push_back(step_peak(s));
+        std::cout << "flux tiny, batch 2 at 64 px, checkpointing: low_vram " << level
+                  << " step peak " << peaks.back() << " bytes\n";
+    }
+    for (std::size_t i = 1; i < peaks.size(); ++i) {
+        EXPECT_LT(peaks[i], peaks[i - 1]) << "low_vram " << i;
+    }
+}
+
+}  // namespace
+}  // namespace loom
