@@ -61,15 +61,25 @@ int main(int argc, char** argv) {
     in.guidance = torch::ones({batch});
     const at::Tensor t = in.timestep * 1000;
     for (int i = 0; i < repeats + 1; ++i) {  // the first step warms up and is not printed
-        const auto start = std::chrono::steady_clock::now();
+        using clock = std::chrono::steady_clock;
+        const auto start = clock::now();
         in.hidden_states = loom::flow_match_add_noise(x0, noise, t);
         const at::Tensor pred = model->forward(in);
+        const auto forward_done = clock::now();
         at::mse_loss(pred, loom::flow_match_target(x0, noise)).backward();
+        const auto backward_done = clock::now();
         optimizer.step(1e-4);
         optimizer.zero_grad();
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (i > 0) std::cout << "step_seconds " << s << std::endl;
+        const auto end = clock::now();
+        auto seconds = [](clock::time_point a, clock::time_point b) {
+            return std::chrono::duration<double>(b - a).count();
+        };
+        if (i > 0) {
+            std::cout << "step_seconds " << seconds(start, end) << "\n"
+                      << "phase_seconds forward " << seconds(start, forward_done) << " backward "
+                      << seconds(forward_done, backward_done) << " optimizer "
+                      << seconds(backward_done, end) << std::endl;
+        }
     }
     return 0;
 }

@@ -6,7 +6,8 @@ LoRA parameters — as ai-toolkit and diffusers' train_dreambooth_lora_flux.py r
     flux_lora_step.py MODEL_DIR THREADS REPEATS BATCH LATENT_SIZE TEXT_TOKENS RANK
 
 The LoRA targets every Linear of the double- and single-stream blocks (ai-toolkit's Flux rule),
-rank RANK, alpha RANK. Prints one line per timed step: "step_seconds <s>".
+rank RANK, alpha RANK. Prints two lines per timed step: "step_seconds <s>" and
+"phase_seconds forward <s> backward <s> optimizer <s>".
 """
 import sys
 import time
@@ -49,13 +50,18 @@ def main(model_dir, threads, repeats, batch, size, tokens, rank):
         noisy = (1 - t.view(-1, 1, 1)) * x0 + t.view(-1, 1, 1) * noise
         pred = model(hidden_states=noisy, encoder_hidden_states=text, pooled_projections=pooled,
                      timestep=t, img_ids=img_ids, txt_ids=txt_ids, guidance=guidance).sample
+        forward_done = time.perf_counter()
         loss = torch.nn.functional.mse_loss(pred, noise - x0)
         loss.backward()
+        backward_done = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        elapsed = time.perf_counter() - start
+        end = time.perf_counter()
         if i > 0:
-            print(f"step_seconds {elapsed:.6f}", flush=True)
+            print(f"step_seconds {end - start:.6f}", flush=True)
+            print(f"phase_seconds forward {forward_done - start:.6f} backward "
+                  f"{backward_done - forward_done:.6f} optimizer {end - backward_done:.6f}",
+                  flush=True)
 
 
 if __name__ == "__main__":

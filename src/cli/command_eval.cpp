@@ -12,6 +12,7 @@
 #include "loom/core/exit_codes.h"
 #include "loom/io/safetensors.h"
 #include "loom/model/flux_model.h"
+#include "loom/model/model_location.h"
 #include "loom/model/stable_diffusion.h"
 #include "loom/model/tensor_file.h"
 #include "options.h"
@@ -199,7 +200,7 @@ int run_eval(const std::vector<std::string>& args) {
     cxxopts::Options options = eval_options();
     const cxxopts::ParseResult parsed = parse_options(options, "eval", args);
     const std::string component = required(parsed, "component");
-    const std::string model_dir = required(parsed, "model");
+    const std::string model_dir = locate_model(required(parsed, "model")).string();
     const std::string out_path = required(parsed, "out");
     const Inputs in(parsed.count("inputs") ? parsed["inputs"].as<std::string>() : "");
     torch::NoGradGuard no_grad;

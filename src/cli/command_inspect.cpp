@@ -10,6 +10,7 @@
 #include "loom/core/exit_codes.h"
 #include "loom/io/safetensors.h"
 #include "loom/model/diffusers_folder.h"
+#include "loom/model/model_location.h"
 #include "loom/model/stable_diffusion.h"
 #include "options.h"
 
@@ -45,7 +46,8 @@ int run_inspect(const std::vector<std::string>& args) {
     cxxopts::Options options = inspect_options();
     const cxxopts::ParseResult parsed = parse_options(options, "inspect", args);
     if (!parsed.count("model")) throw UsageError("loom inspect: give a model folder");
-    const DiffusersFolder folder = read_diffusers_folder(parsed["model"].as<std::string>());
+    const DiffusersFolder folder =
+        read_diffusers_folder(locate_model(parsed["model"].as<std::string>()));
     const std::string arch = detect_arch(folder);
     const ArchSpec* spec = find_arch_spec(arch);
     std::cout << "model:    " << folder.root.string() << "\n"

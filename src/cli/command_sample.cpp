@@ -19,6 +19,7 @@
 #include "loom/lora/lora_file.h"
 #include "loom/model/flux_model.h"
 #include "loom/model/flux_preview_sampler.h"
+#include "loom/model/model_location.h"
 #include "loom/model/preview_sampler.h"
 #include "options.h"
 
@@ -119,7 +120,7 @@ int run_sample(const std::vector<std::string>& args) {
     std::optional<std::uint64_t> vram;
     if (parsed.count("vram")) vram = parse_byte_size(parsed["vram"].as<std::string>());
     auto device = open_device(parse_device_spec(parsed["device"].as<std::string>()), vram);
-    const std::filesystem::path model_dir = parsed["model"].as<std::string>();
+    const std::filesystem::path model_dir = locate_model(parsed["model"].as<std::string>());
     const bool flux = is_flux_pipeline(read_diffusers_folder(model_dir));
     std::vector<PreviewRequest> requests;
     const auto prompts = parsed["prompt"].as<std::vector<std::string>>();

@@ -1,6 +1,7 @@
 #include "loom/lora/lora_adapter.h"
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 #include <torch/nn/init.h>
 
 #include <cmath>
@@ -20,7 +21,68 @@ at::Tensor kaiming(std::vector<int64_t> shape) {
     return t;
 }
 
+// y = x W^T + b + s (x D^T) U^T over the rows of x, and its backward:
+//   dx = g W + (s g U) D,   dD = (s g U)^T x,   dU = s g^T (x D^T).
+// What it saves is what the base layer and the adapter apart would: x (the down product's
+// gradient needs it), the small x D^T, and W only when x needs a gradient.
+class LoRALinearFunction : public torch::autograd::Function<LoRALinearFunction> {
+  public:
+    // The bias travels as an optional: an undefined tensor cannot be an autograd input, and an
+    // absent optional is not one.
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                              const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                              const at::Tensor& down, const at::Tensor& up, double scale) {
+        const at::Tensor rows = x.reshape({-1, x.size(-1)});
+        const at::Tensor h = at::mm(rows, down.t());
+        at::Tensor y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());
+        y.addmm_(h, up.t(), 1.0, scale);
+        ctx->save_for_backward({rows, h, x.requires_grad() ? weight : at::Tensor(), down, up});
+        ctx->saved_data["scale"] = scale;
+        ctx->saved_data["has_bias"] = bias.has_value();
+        ctx->saved_data["input_sizes"] = x.sizes().vec();
+        std::vector<int64_t> sizes = x.sizes().vec();
+        sizes.back() = weight.size(0);
+        return y.view(sizes);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grads) {
+        const auto saved = ctx->get_saved_variables();
+        const at::Tensor& rows = saved[0];
+        const at::Tensor& h = saved[1];
+        const at::Tensor& weight = saved[2];
+        const at::Tensor& down = saved[3];
+        const at::Tensor& up = saved[4];
+        const double scale = ctx->saved_data["scale"].toDouble();
+        const at::Tensor g = grads[0].reshape({-1, up.size(0)});
+        const at::Tensor gh = at::mm(g, up).mul_(scale);
+        at::Tensor dx, ddown, dup;
+        if (ctx->needs_input_grad(0)) {
+            dx = at::mm(g, weight).addmm_(gh, down).view(
+                ctx->saved_data["input_sizes"].toIntVector());
+        }
+        // needs_input_grad counts the tensor inputs present: x, weight, the bias if any, down, up.
+        const std::size_t first_lora = ctx->saved_data["has_bias"].toBool() ? 3 : 2;
+        if (ctx->needs_input_grad(first_lora)) ddown = at::mm(gh.t(), rows);
+        if (ctx->needs_input_grad(first_lora + 1)) dup = at::mm(g.t(), h).mul_(scale);
+        return {dx, at::Tensor(), at::Tensor(), ddown, dup, at::Tensor()};
+    }
+};
+
 }  // namespace
+
+at::Tensor LoRAAdapter::linear(const at::Tensor& input, const at::Tensor& weight,
+                               const at::Tensor& bias) {
+    const at::ScalarType dtype = down.scalar_type();
+    if (is_conv() || (training && dropout_ > 0) || input.dim() < 2 ||
+        input.scalar_type() != dtype || weight.scalar_type() != dtype ||
+        (bias.defined() && bias.scalar_type() != dtype) || weight.requires_grad()) {
+        return {};
+    }
+    return LoRALinearFunction::apply(
+        input, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, down, up,
+        multiplier * scale());
+}
 
 LoRAAdapter::LoRAAdapter(at::Tensor down_w, at::Tensor up_w, double alpha, double dropout,
                          int64_t stride, int64_t padding)

@@ -41,6 +41,10 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
     at::Tensor y;
     {  // fetched copies go as soon as the base output exists (unless autograd keeps them)
         const FetchedWeights w = fetched(source_, weight, bias);
+        if (adapter_) {
+            y = adapter_->linear(x, w.weight, w.bias);
+            if (y.defined()) return y;
+        }
         y = at::linear(x, w.weight, w.bias);
     }
     if (adapter_) y = adapter_->add_to(y, x);

@@ -1,6 +1,7 @@
 #include "loom/model/flux_transformer.h"
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 
 #include <cmath>
 #include <numeric>
@@ -12,17 +13,43 @@ namespace loom {
 
 namespace {
 
-// x [B, S, H, D] rotated by the (cos, sin) of each position: pairs (x0, x1) -> (x0 cos - x1 sin,
-// x1 cos + x0 sin), computed in float32 (apply_rotary_emb, use_real_unbind_dim=-1).
-at::Tensor apply_rope(const at::Tensor& x, const FluxRope& rope) {
-    const at::Tensor cos = rope.cos.unsqueeze(0).unsqueeze(2);  // [1, S, 1, D]
-    const at::Tensor sin = rope.sin.unsqueeze(0).unsqueeze(2);
+// Each pair (x0, x1) of the last dimension turned a quarter: (-x1, x0) when `sign` is 1, the
+// inverse (x1, -x0) when it is -1.
+at::Tensor quarter_turn(const at::Tensor& x, double sign) {
     auto sizes = x.sizes().vec();
     sizes.back() /= 2;
     sizes.push_back(2);
     const auto parts = x.reshape(sizes).unbind(-1);
-    const at::Tensor rotated = at::stack({-parts[1], parts[0]}, -1).flatten(3);
-    return at::addcmul(x.to(at::kFloat) * cos, rotated.to(at::kFloat), sin).to(x.scalar_type());
+    return at::stack({parts[1] * -sign, parts[0] * sign}, -1).flatten(-2);
+}
+
+// x [B, S, H, D] rotated by the (cos, sin) of each position: pairs (x0, x1) -> (x0 cos - x1 sin,
+// x1 cos + x0 sin), computed in float32 (apply_rotary_emb, use_real_unbind_dim=-1). One autograd
+// operation: the rotation is orthogonal, so the gradient is the inverse rotation of the output's
+// gradient, g cos + quarter_turn⁻¹(g sin), with nothing saved but the tables.
+class RopeFunction : public torch::autograd::Function<RopeFunction> {
+  public:
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                              const at::Tensor& cos, const at::Tensor& sin) {
+        ctx->save_for_backward({cos, sin});
+        ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
+        const at::Tensor xf = x.to(at::kFloat);
+        return at::addcmul(xf * cos, quarter_turn(xf, 1.0), sin).to(x.scalar_type());
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grads) {
+        const auto saved = ctx->get_saved_variables();
+        const at::Tensor g = grads[0].to(at::kFloat);
+        const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+        const at::Tensor dx = g * saved[0] + quarter_turn(g * saved[1], -1.0);
+        return {dx.to(dtype), at::Tensor(), at::Tensor()};
+    }
+};
+
+at::Tensor apply_rope(const at::Tensor& x, const FluxRope& rope) {
+    const at::Tensor cos = rope.cos.unsqueeze(0).unsqueeze(2);  // [1, S, 1, D]
+    const at::Tensor sin = rope.sin.unsqueeze(0).unsqueeze(2);
+    return RopeFunction::apply(x, cos, sin);
 }
 
 // [B, S, H*D] -> [B, S, H, D]

@@ -5,6 +5,7 @@
 #include "loom/device/host_memory.h"
 #include "loom/model/diffusers_folder.h"
 #include "loom/model/flux_model.h"
+#include "loom/model/model_location.h"
 
 namespace loom {
 
@@ -25,7 +26,8 @@ std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& proce
         throw ConfigError("", "config.process.model.arch",
                           "model.arch '" + arch + "' is not one loom can train (sd1, sdxl, flux)");
     }
-    const std::string& path = process.model.name_or_path;
+    // A folder, or a hub id found in the local Hugging Face cache.
+    const std::string path = locate_model(process.model.name_or_path).string();
     const bool flux_folder = is_flux_pipeline(read_diffusers_folder(path));
     if (flux_folder != is_flux_arch(arch)) {
         throw ConfigError("", "config.process.model.arch",

@@ -8,6 +8,7 @@
 #include "loom/device/device.h"
 #include "loom/guard/plan_reuse.h"
 #include "loom/model/model_fingerprint.h"
+#include "loom/model/model_location.h"
 #include "loom/train/run_folder.h"
 
 namespace loom {
@@ -67,7 +68,7 @@ std::optional<guard::PlanKey> plan_key(const config::ProcessConfig& process, con
     guard::PlanKey key;
     key.arch = process.model.arch.value_or("");
     try {
-        key.model_fingerprint = model_fingerprint(process.model.name_or_path);
+        key.model_fingerprint = model_fingerprint(locate_model(process.model.name_or_path));
     } catch (const Error& e) {
         log().debug("no stable-store key: {}", e.what());
         return std::nullopt;

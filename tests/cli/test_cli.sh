@@ -110,6 +110,12 @@ expect check_missing err "nope.yaml: no such job file"
 run check_examples 0 -- "$LOOM" config check configs/sd15_lora.yaml configs/sdxl_lora.yaml configs/flux_lora_24gb.yaml
 expect check_examples err "model.quantize: 'true' is not supported by loom yet"
 
+# A hub id is looked up in the local Hugging Face cache only: absent, one error names the folders
+# searched and the download command (exit 3).
+run hub_missing 3 -- env HF_HUB_CACHE="$TMP/hub" HOME="$TMP/home" "$LOOM" inspect black-forest-labs/FLUX.1-dev
+expect hub_missing err "$TMP/hub/models--black-forest-labs--FLUX.1-dev"
+expect hub_missing err "huggingface-cli download black-forest-labs/FLUX.1-dev"
+
 run devices 0 -- "$LOOM" devices
 expect devices out "cpu (host memory, no budget)"
 expect devices out "give --vram SIZE"

@@ -8,8 +8,10 @@
 
 #include "loom/core/error.h"
 #include "loom/io/safetensors.h"
+#include "loom/lora/lora_adapter.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
+#include "loom/model/adaptable_layers.h"
 #include "loom/model/unet_2d_condition.h"
 #include "tiny_models.h"
 
@@ -50,6 +52,61 @@ TEST(TargetRules, ConvOnlyWhenSetAndFiltersWithIgnoreWinning) {
     EXPECT_FALSE(is_lora_target(base + "attn2.to_v", LayerKind::kLinear, rules));
     EXPECT_FALSE(is_lora_target(base + "attn2.to_k", LayerKind::kLinear, rules));
 }
+
+// A Linear layer with a LoRA computes base + delta as one autograd operation; its output and
+// every gradient equal the plain computation's, with and without a gradient for the input, and a
+// layer whose dtype differs from the LoRA's takes the separate path with the same result.
+class LoRALinear : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LoRALinear, TheFusedLayerEqualsThePlainComputation) {
+    torch::manual_seed(3);
+    const bool with_bias = GetParam();
+    Linear base(8, 6, with_bias);
+    for (auto& p : base->parameters()) p.requires_grad_(false);
+    auto adapter = LoRAAdapter::for_linear(*base, LoRAOptions{3, 1.5, 0.0});
+    {
+        torch::NoGradGuard no_grad;
+        adapter->up.normal_();  // zero at initialisation: the delta would vanish
+    }
+    adapter->multiplier = 0.7;
+    adapter->training = true;
+    base->set_adapter(adapter);
+    const double s = 0.7 * 1.5 / 3;
+    for (const bool input_grad : {true, false}) {
+        const at::Tensor x = torch::randn({2, 5, 8}).requires_grad_(input_grad);
+        const at::Tensor g = torch::randn({2, 5, 6});
+        const at::Tensor y = base->forward(x);
+        y.backward(g);
+        const at::Tensor down_grad = adapter->down.grad().clone();
+        const at::Tensor up_grad = adapter->up.grad().clone();
+        const at::Tensor x_grad = input_grad ? x.grad().clone() : at::Tensor();
+        adapter->down.mutable_grad() = at::Tensor();
+        adapter->up.mutable_grad() = at::Tensor();
+
+        const at::Tensor xr = x.detach().clone().requires_grad_(input_grad);
+        const at::Tensor d = adapter->down.detach().clone().requires_grad_(true);
+        const at::Tensor u = adapter->up.detach().clone().requires_grad_(true);
+        const at::Tensor want =
+            at::linear(xr, base->weight, base->bias) + s * at::linear(at::linear(xr, d), u);
+        want.backward(g);
+        EXPECT_TRUE(torch::allclose(y, want, 1e-5, 1e-6)) << input_grad;
+        EXPECT_TRUE(torch::allclose(down_grad, d.grad(), 1e-5, 1e-6)) << input_grad;
+        EXPECT_TRUE(torch::allclose(up_grad, u.grad(), 1e-5, 1e-6)) << input_grad;
+        if (input_grad) EXPECT_TRUE(torch::allclose(x_grad, xr.grad(), 1e-5, 1e-6));
+    }
+    // bf16 input and weight with a float32 LoRA: the separate path, the same values.
+    const at::Tensor x = torch::randn({4, 8});
+    const at::Tensor fused = base->forward(x).detach();
+    {
+        torch::NoGradGuard no_grad;
+        base->weight.set_data(base->weight.to(at::kBFloat16));
+        if (with_bias) base->bias.set_data(base->bias.to(at::kBFloat16));
+    }
+    const at::Tensor separate = base->forward(x.to(at::kBFloat16)).to(at::kFloat).detach();
+    EXPECT_TRUE(torch::allclose(separate, fused, 5e-2, 5e-2));
+}
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutBias, LoRALinear, ::testing::Bool());
 
 TEST(TargetRules, KohyaNames) {
     EXPECT_EQ(kohya_name("down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0"),

@@ -22,6 +22,13 @@ class LayerAdapter {
     virtual at::Tensor add_to(const at::Tensor& output, const at::Tensor& input) {
         return output + forward(input);
     }
+    // The whole Linear layer with the adapter, linear(input, weight, bias) plus the delta, when
+    // the adapter computes it as one autograd operation (one forward, one backward); undefined
+    // when it does not, and the layer computes its base output and calls add_to.
+    virtual at::Tensor linear(const at::Tensor& /*input*/, const at::Tensor& /*weight*/,
+                              const at::Tensor& /*bias*/) {
+        return {};
+    }
 };
 
 // A layer's weight and bias as one computation uses them (bias undefined when the layer has none).
