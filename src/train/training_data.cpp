@@ -149,6 +149,8 @@ void TrainingData::cache_all_latents(const LatentEncode& encode) {
 }
 
 void TrainingData::cache_all_text(const data::TextEmbeddingCache::Encode& encode) {
+    // Without a cache that keeps them (low_vram 0, no cache_text_embeddings) each step encodes.
+    if (!text_cache_->keeps_entries()) return;
     std::set<std::string> captions;
     for (const TrainingItem& it : items_) {
         data::CaptionOptions o = caption_options_.at(it.dataset);

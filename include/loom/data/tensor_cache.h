@@ -111,6 +111,8 @@ class TextEmbeddingCache {
     CacheStats stats() const;
     std::size_t memory_entries() const;
     void clear_memory();
+    // Whether an encoded caption is kept (in RAM or on disk); false: every get encodes.
+    bool keeps_entries() const { return in_memory_ || folder_.has_value(); }
 
   private:
     std::string model_;

@@ -71,7 +71,7 @@ class TrainingData {
     // Every caption a step can draw (each item's caption, and "" under caption dropout) encoded
     // into the text cache (the cache phase), so that the encoders stay idle once training starts:
     // with low_vram they never come back to the device for a step. Only when captions are not
-    // shuffled (encoders_can_idle); a no-op otherwise.
+    // shuffled (encoders_can_idle) and the text cache keeps what it is given; a no-op otherwise.
     void cache_all_text(const data::TextEmbeddingCache::Encode& encode);
     // A caption's conditioning tensors, from the cache or through `encode`.
     NamedTensors conditioning(const std::string& caption,
