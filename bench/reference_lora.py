@@ -4,8 +4,8 @@ would write (diffusers' train_text_to_image_lora.py, ai-toolkit's sd_trainer), a
 the loom job of the same round uses.
 
   * UNet2DConditionModel from the model folder, frozen, with a peft LoRA (rank R, alpha A, no
-    dropout) on the modules loom targets by default: to_q, to_k, to_v, to_out.0, ff.net.0.proj,
-    ff.net.2, proj_in and proj_out inside the transformer blocks (lora/target_rules.h);
+    dropout) on the modules loom targets by default, ai-toolkit's set: every Linear and 1x1
+    Conv2d of the UNet (lora/target_rules.h);
   * latents and text embeddings cached before step 1 (cache_latents, cache_text_embeddings), the
     latent a VAE sample scaled by scaling_factor, as loom caches them;
   * every step: a batch in a shuffled epoch order, Gaussian noise, timesteps uniform in
@@ -33,7 +33,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-TARGETS = r".*attentions.*\.(to_q|to_k|to_v|to_out\.0|ff\.net\.0\.proj|ff\.net\.2|proj_in|proj_out)"
+
+
+def lora_targets(unet):
+    """ai-toolkit's module set: the name of every Linear and 1x1 Conv2d of the UNet."""
+    return [name for name, m in unet.named_modules()
+            if isinstance(m, torch.nn.Linear)
+            or (isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1))]
 
 
 def load_images(folder, resolution):
@@ -79,7 +85,7 @@ def main(model, data, resolution, batch, steps, rank, alpha, lr, threads, out_fi
                              num_train_timesteps=1000)
     unet.requires_grad_(False)
     unet.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
-                                init_lora_weights=True, target_modules=TARGETS))
+                                init_lora_weights=True, target_modules=lora_targets(unet)))
     unet.train()
     params = [p for p in unet.parameters() if p.requires_grad]
 

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from safetensors import safe_open
+
 from loom_job import job_yaml
 from tiny_data import add_images
 
@@ -106,7 +108,17 @@ def run_loom(loom, work, name, size_args, env):
     metrics = [json.loads(l) for l in open(os.path.join(work, "runs", name, "metrics.jsonl"))]
     f = figures(launched, [m["time"] for m in metrics], rss)
     f["profile"] = profile(metrics)
+    lora = safe_open(os.path.join(work, "runs", name, name + ".safetensors"), framework="pt")
+    f["lora_parameters"] = sum(_numel(lora.get_slice(k).get_shape())
+                               for k in lora.keys() if not k.endswith(".alpha"))
     return f
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def profile(metrics):
@@ -130,7 +142,10 @@ def run_reference(work, name, a, env):
     if rc != 0:
         sys.exit(f"reference failed ({rc}); see {log}")
     lines = [json.loads(l) for l in open(log) if l.startswith("{\"step\"")]
-    return figures(launched, [l["time"] for l in lines], rss)
+    f = figures(launched, [l["time"] for l in lines], rss)
+    f["lora_parameters"] = [json.loads(l) for l in open(log)
+                            if l.startswith("{\"lora_parameters\"")][-1]["lora_parameters"]
+    return f
 
 
 def main():
@@ -159,6 +174,11 @@ def main():
             for side, run in sides if r % 2 == 0 else reversed(sides):
                 f = run(f"{name}_{side}_{r}")
                 results.setdefault((name, side), []).append(f)
+                counts = {f["lora_parameters"] for fs in (results.get((name, "loom"), []),
+                                                          results.get((name, "reference"), []))
+                          for f in fs}
+                if len(counts) > 1:  # equal settings: the same modules, the same ranks
+                    sys.exit(f"loom and the reference train LoRAs of different sizes: {counts}")
                 print(f"{name} round {r} {side}: {f['it_s']:.2f} it/s, first step "
                       f"{f['first_step_s']:.2f} s, peak RSS {f['rss'] / 2**20:.0f} MiB",
                       flush=True)

@@ -133,6 +133,13 @@ class Resolver {
                      "' does not apply to Flux, which trains with flow matching (flowmatch)");
         }
         p.train.noise_scheduler = "flowmatch";
+        const std::string module_set = path + ".network.network_kwargs.module_set";
+        if (was_given(module_set)) {
+            warn(DiagnosticKind::kNote, module_set,
+                 module_set +
+                     " chooses among UNet module sets and does not apply to Flux, whose LoRA "
+                     "targets every Linear of the transformer blocks (ai-toolkit's set)");
+        }
         if (was_given(sampler) && p.sample.sampler != "flowmatch") {
             warn(DiagnosticKind::kNote, sampler,
                  sampler + " '" + p.sample.sampler +

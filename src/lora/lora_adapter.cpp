@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "loom/model/host_matmul.h"
+
 namespace loom {
 
 namespace {
@@ -34,7 +36,7 @@ class LoRALinearFunction : public torch::autograd::Function<LoRALinearFunction> 
                               const at::Tensor& down, const at::Tensor& up, double scale) {
         const at::Tensor rows = x.reshape({-1, x.size(-1)});
         const at::Tensor h = at::mm(rows, down.t());
-        at::Tensor y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());
+        at::Tensor y = linear_rows(rows, weight, bias);
         y.addmm_(h, up.t(), 1.0, scale);
         ctx->save_for_backward({rows, h, x.requires_grad() ? weight : at::Tensor(), down, up});
         ctx->saved_data["scale"] = scale;
@@ -58,8 +60,9 @@ class LoRALinearFunction : public torch::autograd::Function<LoRALinearFunction> 
         const at::Tensor gh = at::mm(g, up).mul_(scale);
         at::Tensor dx, ddown, dup;
         if (ctx->needs_input_grad(0)) {
-            dx = at::mm(g, weight).addmm_(gh, down).view(
-                ctx->saved_data["input_sizes"].toIntVector());
+            dx = linear_rows(g, weight.t())
+                     .addmm_(gh, down)
+                     .view(ctx->saved_data["input_sizes"].toIntVector());
         }
         // needs_input_grad counts the tensor inputs present: x, weight, the bias if any, down, up.
         const std::size_t first_lora = ctx->saved_data["has_bias"].toBool() ? 3 : 2;

@@ -1,36 +1,34 @@
 #include "loom/lora/target_rules.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace loom {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() &&
-           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool contains_any(const std::string& s, const std::vector<std::string>& parts) {
     return std::any_of(parts.begin(), parts.end(),
                        [&](const std::string& p) { return s.find(p) != std::string::npos; });
 }
 
-// Linear layers (and the 1x1 convs standing in for them) inside a Transformer2DModel.
-bool is_transformer_projection(const std::string& path) {
-    if (path.find(".attentions.") == std::string::npos) return false;
-    static const char* const kSuffixes[] = {".to_q",          ".to_k",     ".to_v",    ".to_out.0",
-                                            ".ff.net.0.proj", ".ff.net.2", ".proj_in", ".proj_out"};
-    return std::any_of(std::begin(kSuffixes), std::end(kSuffixes),
-                       [&](const char* suffix) { return ends_with(path, suffix); });
+// Inside a Transformer2DModel (kohya's UNET_TARGET_REPLACE_MODULE).
+bool in_transformer_2d(const std::string& path) {
+    return path.find(".attentions.") != std::string::npos;
 }
 
-bool is_block_conv(const std::string& path) {
-    const bool in_block = path.find(".resnets.") != std::string::npos ||
-                          path.find(".downsamplers.") != std::string::npos ||
-                          path.find(".upsamplers.") != std::string::npos;
-    return in_block &&
-           (ends_with(path, ".conv1") || ends_with(path, ".conv2") || ends_with(path, ".conv"));
+// Inside a ResnetBlock2D, Downsample2D or Upsample2D (kohya's conv-mode modules).
+bool in_resnet_or_sampler(const std::string& path) {
+    return path.find(".resnets.") != std::string::npos ||
+           path.find(".downsamplers.") != std::string::npos ||
+           path.find(".upsamplers.") != std::string::npos;
+}
+
+bool is_unet_target(const std::string& path, LayerKind kind, const TargetRules& rules) {
+    const bool conv3x3 = kind == LayerKind::kConv3x3;
+    if (rules.unet_set == UNetModuleSet::kAiToolkit) return !conv3x3 || rules.conv;
+    if (conv3x3) return rules.conv && in_resnet_or_sampler(path);
+    return in_transformer_2d(path) || (rules.conv && in_resnet_or_sampler(path));
 }
 
 bool is_flux_block_linear(const std::string& path) {
@@ -44,15 +42,16 @@ const char* lora_file_prefix(LoRAModel model) {
     return model == LoRAModel::kFluxTransformer ? "transformer" : "unet";
 }
 
+std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name) {
+    if (name == "ai-toolkit") return UNetModuleSet::kAiToolkit;
+    if (name == "kohya") return UNetModuleSet::kKohya;
+    return std::nullopt;
+}
+
 bool is_lora_target(const std::string& path, LayerKind kind, const TargetRules& rules) {
-    bool selected = false;
-    if (rules.model == LoRAModel::kFluxTransformer) {
-        selected = kind == LayerKind::kLinear && is_flux_block_linear(path);
-    } else if (kind == LayerKind::kConv3x3) {
-        selected = rules.conv && is_block_conv(path);
-    } else {
-        selected = is_transformer_projection(path);
-    }
+    const bool selected = rules.model == LoRAModel::kFluxTransformer
+                              ? kind == LayerKind::kLinear && is_flux_block_linear(path)
+                              : is_unet_target(path, kind, rules);
     if (!selected) return false;
     if (!rules.only_if_contains.empty() && !contains_any(path, rules.only_if_contains))
         return false;
@@ -60,7 +59,13 @@ bool is_lora_target(const std::string& path, LayerKind kind, const TargetRules& 
 }
 
 std::string kohya_name(const std::string& module_path) {
-    std::string name = "lora_unet_" + module_path;
+    static const std::pair<const char*, const char*> kSgmNames[] = {
+        {"add_embedding.linear_1", "label_emb.0.0"}, {"add_embedding.linear_2", "label_emb.0.2"}};
+    std::string path = module_path;
+    for (const auto& [diffusers, sgm] : kSgmNames) {
+        if (path == diffusers) path = sgm;
+    }
+    std::string name = "lora_unet_" + path;
     std::replace(name.begin() + 10, name.end(), '.', '_');
     return name;
 }

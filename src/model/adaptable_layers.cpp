@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "loom/model/host_matmul.h"
+
 namespace loom {
 
 namespace {
@@ -45,7 +47,7 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
             y = adapter_->linear(x, w.weight, w.bias);
             if (y.defined()) return y;
         }
-        y = at::linear(x, w.weight, w.bias);
+        y = frozen_linear(x, w.weight, w.bias);
     }
     if (adapter_) y = adapter_->add_to(y, x);
     return y;

@@ -52,6 +52,8 @@ LoRATraining::LoRATraining(const config::ProcessConfig& process, torch::nn::Modu
     o.linear.dropout = n.dropout.value_or(0.0);
     if (n.conv) o.conv = LoRAOptions{*n.conv, n.conv_alpha.value_or(*n.conv), o.linear.dropout};
     o.rules.model = lora_model_of(denoiser_kind);
+    o.rules.unet_set = parse_unet_module_set(n.network_kwargs.module_set)
+                           .value_or(UNetModuleSet::kAiToolkit);  // validated by the config
     o.rules.only_if_contains = n.network_kwargs.only_if_contains;
     o.rules.ignore_if_contains = n.network_kwargs.ignore_if_contains;
     at::manual_seed(seed);  // reproducible LoRA initialisation

@@ -92,6 +92,10 @@ std::vector<ErrorCase> error_cases() {
          "'gigs' (write a number with an optional unit: 100000000, 96MiB, 8GiB, 1.5GB)"},
         {"enum_invalid", with("      train:\n        optimizer: sgdd\n"),
          "job.yaml:13:20: config.process.0.train.optimizer must be one of adamw, adam, got 'sgdd'"},
+        {"module_set_invalid",
+         with("      network:\n        network_kwargs:\n          module_set: kohya-ss\n"),
+         "job.yaml:14:23: config.process.0.network.network_kwargs.module_set must be one of "
+         "ai-toolkit, kohya, got 'kohya-ss'"},
         {"enum_did_you_mean", with("      train:\n        lr_scheduler: cosin\n"),
          "job.yaml:13:23: config.process.0.train.lr_scheduler must be one of constant, "
          "constant_with_warmup, cosine, linear, got 'cosin' (did you mean 'cosine'?)"},

@@ -8,8 +8,10 @@
 // CASE_INPUTS holds sample, timestep, encoder_hidden_states (+ text_embeds, time_ids for SDXL);
 // for a FluxPipeline folder, the transformer case (hidden_states, ..., guidance), and only the
 // `linear` variant is written (Flux LoRAs target Linear layers only).
-// For each variant (`linear`: transformer projections at rank 4, alpha 2; `conv`: the same plus
-// 3x3 convolutions at rank 2, alpha 1) it writes to OUT_DIR
+// For each variant (`linear`: ai-toolkit's module set, every Linear and 1x1 conv of the UNet, at
+// rank 4, alpha 2; `conv`: the same plus every 3x3 convolution at rank 2, alpha 1; `kohya_conv`:
+// kohya's set in conv mode, the transformers plus everything inside the resnets and samplers) it
+// writes to OUT_DIR
 //   <variant>.kohya.safetensors  <variant>.peft.safetensors  (float32)
 //   <variant>.output.safetensors (tensor "sample": the UNet output with the LoRA applied)
 // and prints "<variant>: N modules (L linear, C conv 3x3)".
@@ -35,6 +37,7 @@ namespace {
 struct Variant {
     const char* name;
     std::optional<loom::LoRAOptions> conv;
+    loom::UNetModuleSet set = loom::UNetModuleSet::kAiToolkit;
 };
 
 at::Tensor input(const loom::NamedTensors& inputs, const std::string& name, bool needed) {
@@ -106,13 +109,16 @@ int main(int argc, char** argv) {
         loom::LoRAOptions conv;
         conv.rank = 2;
         conv.alpha = 1.0;
-        const std::vector<Variant> variants = {{"linear", std::nullopt}, {"conv", conv}};
+        const std::vector<Variant> variants = {{"linear", std::nullopt},
+                                               {"conv", conv},
+                                               {"kohya_conv", conv, loom::UNetModuleSet::kKohya}};
 
         uint64_t seed = 1234;
         for (const Variant& v : variants) {
             loom::LoRANetworkOptions options;
             options.linear = linear;
             options.conv = v.conv;
+            options.rules.unet_set = v.set;
             // Detaches its adapters from the UNet when it goes out of scope.
             loom::LoRANetwork network = loom::LoRANetwork::inject(*unet, options);
             fill_random(network, seed++);

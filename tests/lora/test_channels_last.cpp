@@ -17,6 +17,7 @@ namespace {
 struct Pass {
     at::Tensor output;
     std::vector<at::Tensor> grads;
+    std::vector<std::string> names;  // the module of each gradient
 };
 
 // A seeded tiny UNet with seeded conv and linear LoRAs (their `up` randomised so they count),
@@ -43,12 +44,17 @@ Pass forward_backward(bool channels_last, bool checkpointing) {
     r.output = unet->forward(sample, torch::tensor({300, 700}), context);
     r.output.pow(2).mean().backward();
     for (const at::Tensor& p : net.parameters()) r.grads.push_back(p.grad().clone());
+    for (const LoRATarget& t : net.targets()) r.names.insert(r.names.end(), 2, t.path);
     r.output = r.output.detach();
     return r;
 }
 
-double relative_difference(const at::Tensor& a, const at::Tensor& b) {
-    return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-12);
+// |a - b| relative to b's largest magnitude, or to `floor` when b is smaller: a gradient that is
+// zero in exact arithmetic is rounding noise in both passes. (A resnet's time_emb_proj adds one
+// value per channel before a GroupNorm; with one channel per group, as in the tiny UNet's 32-wide
+// blocks, the norm removes it, and its LoRA's gradient is such noise.)
+double relative_difference(const at::Tensor& a, const at::Tensor& b, double floor = 1e-12) {
+    return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), floor);
 }
 
 TEST(ChannelsLast, UNetOutputAndLoRAGradientsMatch) {
@@ -60,10 +66,15 @@ TEST(ChannelsLast, UNetOutputAndLoRAGradientsMatch) {
         EXPECT_LE(relative_difference(cl.output, plain.output), 1e-5)
             << "checkpointing " << checkpointing;
         ASSERT_EQ(cl.grads.size(), plain.grads.size());
+        double largest = 0.0;
+        for (const at::Tensor& g : plain.grads) {
+            largest = std::max(largest, g.abs().max().item<double>());
+        }
         for (std::size_t i = 0; i < plain.grads.size(); ++i) {
             EXPECT_TRUE(cl.grads[i].is_contiguous()) << i;  // LoRA weights keep their layout
-            EXPECT_LE(relative_difference(cl.grads[i], plain.grads[i]), 1e-4)
-                << "LoRA tensor " << i << ", checkpointing " << checkpointing;
+            EXPECT_LE(relative_difference(cl.grads[i], plain.grads[i], 1e-3 * largest), 1e-4)
+                << "LoRA tensor " << i << " (" << plain.names[i] << "), checkpointing "
+                << checkpointing;
         }
     }
 }

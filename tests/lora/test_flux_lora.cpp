@@ -39,8 +39,10 @@ TEST(FluxTargetRules, BlockLinearsOnly) {
     flux.ignore_if_contains = {"single_transformer_blocks"};
     EXPECT_FALSE(is_lora_target("single_transformer_blocks.0.proj_mlp", LayerKind::kLinear, flux));
     EXPECT_TRUE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kLinear, flux));
-    // The UNet rule does not pick Flux's names, nor the Flux rule a UNet's.
-    EXPECT_FALSE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kLinear, {}));
+    // kohya's UNet set does not pick Flux's names, nor the Flux rule a UNet's.
+    TargetRules kohya_unet;
+    kohya_unet.unet_set = UNetModuleSet::kKohya;
+    EXPECT_FALSE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kLinear, kohya_unet));
     EXPECT_FALSE(is_lora_target("down_blocks.0.attentions.0.proj_in", LayerKind::kLinear,
                                 TargetRules{LoRAModel::kFluxTransformer}));
     EXPECT_STREQ(lora_file_prefix(LoRAModel::kFluxTransformer), "transformer");

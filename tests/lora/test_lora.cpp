@@ -20,37 +20,78 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(TargetRules, DefaultsAreTheTransformerProjections) {
-    const TargetRules rules;
-    for (const char* yes :
-         {"down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q",
-          "mid_block.attentions.0.transformer_blocks.0.attn2.to_out.0",
-          "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.0.proj",
-          "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.2",
-          "down_blocks.1.attentions.0.proj_in", "mid_block.attentions.0.proj_out"}) {
+TEST(TargetRules, TheAiToolkitSetIsEveryLinearAndOneByOneConvOfTheUNet) {
+    const TargetRules rules;  // the default
+    ASSERT_EQ(rules.unet_set, UNetModuleSet::kAiToolkit);
+    for (const char* yes : {"down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q",
+                            "mid_block.attentions.0.transformer_blocks.0.attn2.to_out.0",
+                            "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.0.proj",
+                            "down_blocks.1.attentions.0.proj_in", "time_embedding.linear_1",
+                            "down_blocks.0.resnets.0.time_emb_proj", "add_embedding.linear_2"}) {
+        EXPECT_TRUE(is_lora_target(yes, LayerKind::kLinear, rules)) << yes;
+    }
+    EXPECT_TRUE(
+        is_lora_target("down_blocks.1.resnets.0.conv_shortcut", LayerKind::kConv1x1, rules));
+    EXPECT_TRUE(is_lora_target("mid_block.attentions.0.proj_out", LayerKind::kConv1x1, rules));
+    for (const char* no : {"down_blocks.0.resnets.0.conv1", "conv_in", "conv_out",
+                           "down_blocks.0.downsamplers.0.conv"}) {
+        EXPECT_FALSE(is_lora_target(no, LayerKind::kConv3x3, rules)) << no;
+    }
+    TargetRules conv = rules;
+    conv.conv = true;
+    for (const char* yes : {"down_blocks.0.resnets.0.conv1", "conv_in", "conv_out",
+                            "up_blocks.0.upsamplers.0.conv"}) {
+        EXPECT_TRUE(is_lora_target(yes, LayerKind::kConv3x3, conv)) << yes;
+    }
+}
+
+TEST(TargetRules, TheKohyaSetIsTheTransformersAndWithConvTheResnets) {
+    TargetRules rules;
+    rules.unet_set = UNetModuleSet::kKohya;
+    for (const char* yes : {"down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q",
+                            "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.2",
+                            "down_blocks.1.attentions.0.proj_in"}) {
         EXPECT_TRUE(is_lora_target(yes, LayerKind::kLinear, rules)) << yes;
     }
     for (const char* no : {"time_embedding.linear_1", "down_blocks.0.resnets.0.time_emb_proj",
-                           "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_out",
                            "add_embedding.linear_2"}) {
         EXPECT_FALSE(is_lora_target(no, LayerKind::kLinear, rules)) << no;
     }
+    EXPECT_FALSE(
+        is_lora_target("down_blocks.1.resnets.0.conv_shortcut", LayerKind::kConv1x1, rules));
     EXPECT_FALSE(is_lora_target("down_blocks.0.resnets.0.conv1", LayerKind::kConv3x3, rules));
-}
-
-TEST(TargetRules, ConvOnlyWhenSetAndFiltersWithIgnoreWinning) {
-    TargetRules rules;
+    // Conv mode adds everything inside the resnets and samplers, at either rank; never the
+    // UNet's own conv_in / conv_out or the embeddings.
     rules.conv = true;
     EXPECT_TRUE(is_lora_target("down_blocks.0.resnets.0.conv1", LayerKind::kConv3x3, rules));
     EXPECT_TRUE(is_lora_target("down_blocks.0.downsamplers.0.conv", LayerKind::kConv3x3, rules));
+    EXPECT_TRUE(is_lora_target("down_blocks.0.resnets.0.time_emb_proj", LayerKind::kLinear, rules));
+    EXPECT_TRUE(
+        is_lora_target("down_blocks.1.resnets.0.conv_shortcut", LayerKind::kConv1x1, rules));
     EXPECT_FALSE(is_lora_target("conv_in", LayerKind::kConv3x3, rules));
-    rules.only_if_contains = {"attn2"};
-    rules.ignore_if_contains = {"to_v", "attn2.to_k"};
-    const std::string base = "mid_block.attentions.0.transformer_blocks.0.";
-    EXPECT_TRUE(is_lora_target(base + "attn2.to_q", LayerKind::kLinear, rules));
-    EXPECT_FALSE(is_lora_target(base + "attn1.to_q", LayerKind::kLinear, rules));
-    EXPECT_FALSE(is_lora_target(base + "attn2.to_v", LayerKind::kLinear, rules));
-    EXPECT_FALSE(is_lora_target(base + "attn2.to_k", LayerKind::kLinear, rules));
+    EXPECT_FALSE(is_lora_target("conv_out", LayerKind::kConv3x3, rules));
+    EXPECT_FALSE(is_lora_target("time_embedding.linear_1", LayerKind::kLinear, rules));
+}
+
+TEST(TargetRules, ModuleSetNames) {
+    EXPECT_EQ(parse_unet_module_set("ai-toolkit"), UNetModuleSet::kAiToolkit);
+    EXPECT_EQ(parse_unet_module_set("kohya"), UNetModuleSet::kKohya);
+    EXPECT_FALSE(parse_unet_module_set("kohya-ss").has_value());
+}
+
+TEST(TargetRules, FiltersWithIgnoreWinning) {
+    for (const UNetModuleSet set : {UNetModuleSet::kAiToolkit, UNetModuleSet::kKohya}) {
+        TargetRules rules;
+        rules.unet_set = set;
+        rules.only_if_contains = {"attn2"};
+        rules.ignore_if_contains = {"to_v", "attn2.to_k"};
+        const std::string base = "mid_block.attentions.0.transformer_blocks.0.";
+        EXPECT_TRUE(is_lora_target(base + "attn2.to_q", LayerKind::kLinear, rules));
+        EXPECT_FALSE(is_lora_target(base + "attn1.to_q", LayerKind::kLinear, rules));
+        EXPECT_FALSE(is_lora_target(base + "attn2.to_v", LayerKind::kLinear, rules));
+        EXPECT_FALSE(is_lora_target(base + "attn2.to_k", LayerKind::kLinear, rules));
+        EXPECT_FALSE(is_lora_target("time_embedding.linear_1", LayerKind::kLinear, rules));
+    }
 }
 
 // A Linear layer with a LoRA computes base + delta as one autograd operation; its output and
@@ -111,6 +152,10 @@ INSTANTIATE_TEST_SUITE_P(WithAndWithoutBias, LoRALinear, ::testing::Bool());
 TEST(TargetRules, KohyaNames) {
     EXPECT_EQ(kohya_name("down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0"),
               "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_out_0");
+    EXPECT_EQ(kohya_name("time_embedding.linear_1"), "lora_unet_time_embedding_linear_1");
+    // SDXL's added-condition embedding by its sgm name (diffusers' converter reads that one).
+    EXPECT_EQ(kohya_name("add_embedding.linear_1"), "lora_unet_label_emb_0_0");
+    EXPECT_EQ(kohya_name("add_embedding.linear_2"), "lora_unet_label_emb_0_2");
 }
 
 class LoRANetworkTest : public ::testing::Test {
@@ -133,10 +178,12 @@ class LoRANetworkTest : public ::testing::Test {
         torch::NoGradGuard no_grad;
         for (auto& t : net.targets()) t.adapter->up.normal_(0, 0.05);
     }
-    LoRANetworkOptions options(int64_t rank, double alpha) {
+    LoRANetworkOptions options(int64_t rank, double alpha,
+                               UNetModuleSet set = UNetModuleSet::kAiToolkit) {
         LoRANetworkOptions o;
         o.linear.rank = rank;
         o.linear.alpha = alpha;
+        o.rules.unet_set = set;
         return o;
     }
 
@@ -146,14 +193,48 @@ class LoRANetworkTest : public ::testing::Test {
     fs::path file;
 };
 
-TEST_F(LoRANetworkTest, InjectsTwelvePerTransformerAndStartsAsIdentity) {
+TEST_F(LoRANetworkTest, KohyaSetInjectsTwelvePerTransformerAndStartsAsIdentity) {
     const at::Tensor before = run();
-    LoRANetwork net = LoRANetwork::inject(*unet, options(4, 1.0));
+    LoRANetwork net = LoRANetwork::inject(*unet, options(4, 1.0, UNetModuleSet::kKohya));
     EXPECT_EQ(net.targets().size(), 4u * 12u);  // transformers: down 1, mid 1, up 2
     EXPECT_EQ(net.parameters().size(), 2u * net.targets().size());
     EXPECT_TRUE(torch::equal(run(), before));  // lora_up starts at zero
     randomize(net);
     EXPECT_GT((run() - before).abs().max().item<double>(), 1e-4);
+}
+
+// The default set is every Linear and 1x1 Conv2d of the UNet (ai-toolkit's), with conv every
+// Conv2d; counted here from the model's own modules.
+TEST_F(LoRANetworkTest, AiToolkitSetCoversEveryLinearAndOneByOneConvAndWithConvEveryConv) {
+    std::size_t linear_or_1x1 = 0;
+    std::size_t conv3x3 = 0;
+    for (const auto& item : unet->named_modules("", false)) {
+        if (std::dynamic_pointer_cast<LinearImpl>(item.value())) ++linear_or_1x1;
+        if (auto conv = std::dynamic_pointer_cast<Conv2dImpl>(item.value())) {
+            ++(conv->kernel_size() == 1 ? linear_or_1x1 : conv3x3);
+        }
+    }
+    const at::Tensor before = run();
+    LoRANetwork net = LoRANetwork::inject(*unet, options(4, 1.0));
+    EXPECT_EQ(net.targets().size(), linear_or_1x1);
+    EXPECT_GT(net.targets().size(), 4u * 12u);  // more than the transformers
+    ASSERT_NE(net.find("time_embedding.linear_1"), nullptr);
+    ASSERT_NE(net.find("down_blocks.0.resnets.0.time_emb_proj"), nullptr);
+    EXPECT_EQ(net.find("conv_in"), nullptr);
+    EXPECT_TRUE(torch::equal(run(), before));
+    net.detach();
+
+    LoRANetworkOptions o = options(4, 1.0);
+    o.conv = LoRAOptions{2, 1.0};
+    LoRANetwork with_conv = LoRANetwork::inject(*unet, o);
+    EXPECT_EQ(with_conv.targets().size(), linear_or_1x1 + conv3x3);
+    ASSERT_NE(with_conv.find("conv_in"), nullptr);
+    EXPECT_EQ(with_conv.find("conv_in")->adapter->rank(), 2);
+    EXPECT_EQ(with_conv.find("down_blocks.0.resnets.0.time_emb_proj")->adapter->rank(), 4);
+    randomize(with_conv);
+    const at::Tensor adapted = run();
+    with_conv.merge();
+    EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-5);
 }
 
 TEST_F(LoRANetworkTest, MergeMatchesTheAdapterPathAndUnmergeRestores) {
@@ -229,10 +310,10 @@ TEST_F(LoRANetworkTest, KohyaFileHasAlphaAndMetadata) {
 }
 
 TEST_F(LoRANetworkTest, RankMismatchIsAClearError) {
-    LoRANetwork net = LoRANetwork::inject(*unet, options(8, 8.0));
+    LoRANetwork net = LoRANetwork::inject(*unet, options(8, 8.0, UNetModuleSet::kKohya));
     save_lora(net, file, LoRAFileLayout::kKohya, at::kFloat, {});
     net.detach();
-    LoRANetwork other = LoRANetwork::inject(*unet, options(4, 4.0));
+    LoRANetwork other = LoRANetwork::inject(*unet, options(4, 4.0, UNetModuleSet::kKohya));
     try {
         load_lora(other, file);
         FAIL();

@@ -44,8 +44,10 @@ BENIGN = re.compile(r"No LoRA keys associated to CLIPTextModel(WithProjection)? 
 
 # (model folder, pipeline class, case inputs, variants, layouts)
 MODELS = [
-    ("sd1", StableDiffusionPipeline, "sd1_unet", ["linear", "conv"], ["kohya", "peft"]),
-    ("sdxl", StableDiffusionXLPipeline, "sdxl_unet", ["linear", "conv"], ["kohya", "peft"]),
+    ("sd1", StableDiffusionPipeline, "sd1_unet", ["linear", "conv", "kohya_conv"],
+     ["kohya", "peft"]),
+    ("sdxl", StableDiffusionXLPipeline, "sdxl_unet", ["linear", "conv", "kohya_conv"],
+     ["kohya", "peft"]),
     ("flux", FluxPipeline, "flux_transformer", ["linear"], ["peft"]),
 ]
 
@@ -100,8 +102,12 @@ def file_deltas(path):
     return deltas, len(tensors), stray
 
 
+# SDXL's added-condition embedding is written by its sgm name (lora/target_rules.h kohya_name).
+SGM_NAMES = {"add_embedding.linear_1": "label_emb.0.0", "add_embedding.linear_2": "label_emb.0.2"}
+
+
 def kohya_name(module_path):
-    return "lora_unet_" + module_path.replace(".", "_")
+    return "lora_unet_" + SGM_NAMES.get(module_path, module_path).replace(".", "_")
 
 
 def diffusers_deltas(unet, adapter, kohya):

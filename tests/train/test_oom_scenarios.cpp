@@ -367,13 +367,15 @@ TEST_F(OomScenarios, D_RareLargeBucketIsDroppedWithoutLosingAStep) {
     }
     // The free rung, then the bucket. After the bucket (a rung that changes what is trained) the
     // probe measures the plans around the new one (issue 22): a higher low_vram level may time
-    // faster on a loaded machine, and is then taken as measured.fastest; the bucket stays dropped.
+    // faster on a loaded machine, and is then taken: named measured.fastest, or train.low_vram
+    // when the plan it takes is that rung's. The bucket stays dropped.
     const std::vector<std::string> probe_rules = change_rules(events);
     ASSERT_GE(probe_rules.size(), 2u);
     EXPECT_EQ(probe_rules[0], "free.encoders_off_device");
     EXPECT_EQ(probe_rules[1], "train.drop_largest_bucket");
     for (std::size_t i = 2; i < probe_rules.size(); ++i) {
-        EXPECT_EQ(probe_rules[i], "measured.fastest");
+        EXPECT_TRUE(probe_rules[i] == "measured.fastest" || probe_rules[i] == "train.low_vram")
+            << probe_rules[i];
     }
     EXPECT_EQ(guard::load_plan(run_folder("d") / "plan.yaml").max_bucket_pixels, 32 * 32);
     EXPECT_EQ(metric_lines(run_folder("d")), 10u);

@@ -32,10 +32,14 @@ using StringMap = std::vector<std::pair<std::string, std::string>>;
 struct NetworkKwargs {
     std::vector<std::string> only_if_contains;
     std::vector<std::string> ignore_if_contains;  // wins over only_if_contains
+    // loom: which UNet modules get a LoRA (lora/target_rules.h): ai-toolkit's (every Linear and
+    // 1x1 conv of the UNet) or kohya's (the transformer blocks; with conv, the resnets too).
+    std::string module_set = "ai-toolkit";
 
     template <class V>
     static void fields(V& v) {
         v("only_if_contains", &NetworkKwargs::only_if_contains);
+        v("module_set", &NetworkKwargs::module_set, OneOf{{"ai-toolkit", "kohya"}});
         v("ignore_if_contains", &NetworkKwargs::ignore_if_contains);
         v.not_yet({"full_if_contains", "parameter_threshold"});
     }

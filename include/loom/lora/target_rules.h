@@ -2,18 +2,26 @@
 
 // Which modules of a model get a LoRA (pure logic, no torch).
 //
-// A UNet (SD 1.x / SDXL): by default the modules kohya's
-// Transformer2DModel target covers: attention projections (to_q, to_k, to_v, to_out.0), the
-// feed-forward (ff.net.0.proj, ff.net.2) and proj_in / proj_out. 3x3 convolutions of resnets,
-// downsamplers and upsamplers only when `network.conv` is set. Then ai-toolkit's filters:
-// `only_if_contains` keeps names containing any of its strings, `ignore_if_contains` drops names
-// containing any of its strings, and ignore wins.
+// A UNet (SD 1.x / SDXL), two module sets (`network.network_kwargs.module_set`):
+//  - ai-toolkit (the default, as ai-toolkit's LoRASpecialNetwork targets UNet2DConditionModel):
+//    every Linear and 1x1 Conv2d of the whole UNet at the linear rank — attention and
+//    feed-forward, proj_in/out, but also the time embedding, SDXL's added-condition embedding,
+//    each resnet's time_emb_proj and conv_shortcut — and with `network.conv` every 3x3 Conv2d at
+//    the conv rank, conv_in and conv_out included.
+//  - kohya (sd-scripts' networks/lora.py): the Linear and 1x1 layers inside the
+//    Transformer2DModels (attentions); with `network.conv`, also everything inside the
+//    ResnetBlock2D, Downsample2D and Upsample2D modules — their 3x3 convs at the conv rank, their
+//    Linear and 1x1 layers (time_emb_proj, conv_shortcut) at the linear rank. Never conv_in,
+//    conv_out or the embeddings.
+// Then ai-toolkit's filters: `only_if_contains` keeps names containing any of its strings,
+// `ignore_if_contains` drops names containing any of its strings, and ignore wins.
 //
 // Flux's transformer: every Linear inside its double- and single-stream blocks, as ai-toolkit
 // targets FluxTransformer2DModel with transformer_only (attention projections, the adaLN
 // modulation linears, the MLPs); the embedders and the output layers outside the blocks are
 // not. The same filters apply.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +35,15 @@ enum class LoRAModel { kUNet, kFluxTransformer };
 // "unet" / "transformer": the component name of PEFT-layout keys ("transformer.<path>.lora_A").
 const char* lora_file_prefix(LoRAModel model);
 
+// The UNet module sets above.
+enum class UNetModuleSet { kAiToolkit, kKohya };
+
+// "ai-toolkit" / "kohya" (the config's spelling); nullopt for anything else.
+std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name);
+
 struct TargetRules {
     LoRAModel model = LoRAModel::kUNet;
+    UNetModuleSet unet_set = UNetModuleSet::kAiToolkit;
     bool conv = false;  // target 3x3 convolutions too (UNet only)
     std::vector<std::string> only_if_contains;
     std::vector<std::string> ignore_if_contains;
@@ -37,7 +52,10 @@ struct TargetRules {
 // `module_path` is the diffusers module name, e.g. "down_blocks.1.attentions.0.proj_in".
 bool is_lora_target(const std::string& module_path, LayerKind kind, const TargetRules& rules);
 
-// kohya's key stem for a UNet module: "lora_unet_" + path with '.' replaced by '_'.
+// kohya's key stem for a UNet module: "lora_unet_" + path with '.' replaced by '_'. SDXL's
+// added-condition embedding (add_embedding.linear_1/2) takes its sgm name, label_emb_0_0/0_2:
+// diffusers' kohya converter reads that one (its SDXL rules mangle add_embedding_linear_N) and
+// ComfyUI maps both.
 std::string kohya_name(const std::string& module_path);
 
 }  // namespace loom
