@@ -42,7 +42,12 @@ SafetensorsMetadata kohya_metadata(const config::Job& job, const config::Process
                    std::to_string(static_cast<std::uint64_t>(process.training_seed.value_or(0))));
     m.emplace_back("ss_gradient_checkpointing", facts.gradient_checkpointing ? "True" : "False");
     m.emplace_back("ss_gradient_accumulation_steps", std::to_string(t.gradient_accumulation));
-    m.emplace_back("ss_optimizer", "AdamW");
+    // The optimizer ai-toolkit would have used for the same job (train.optimizer).
+    const std::string optimizer = t.optimizer == "adamw8bit" ? "bitsandbytes.optim.adamw.AdamW8bit"
+                                  : t.optimizer == "prodigy" || t.optimizer == "prodigyopt"
+                                      ? "prodigyopt.prodigy.Prodigy"
+                                      : "AdamW";
+    m.emplace_back("ss_optimizer", optimizer);
     m.emplace_back("ss_max_grad_norm", std::to_string(t.max_grad_norm));
     m.emplace_back("ss_noise_offset", std::to_string(t.noise_offset));
     m.emplace_back("ss_sd_model_name", process.model.name_or_path);

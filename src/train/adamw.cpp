@@ -41,7 +41,7 @@ at::Tensor flat_state(const std::vector<at::Tensor>& params, std::vector<at::Ten
 }  // namespace
 
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
-    : params_(std::move(params)), options_(options) {
+    : Optimizer(std::move(params)), options_(options) {
     if (options_.fused && !params_.empty()) {
         fused_step_ =
             at::zeros({1}, params_.front().options().dtype(at::kFloat).requires_grad(false));
@@ -186,10 +186,6 @@ void AdamW::step(double lr) {
     step_ = t;
 }
 
-void AdamW::zero_grad() {
-    for (at::Tensor& p : params_) p.mutable_grad() = at::Tensor();
-}
-
 bool AdamW::device_step_supported() const {
     if (params_.empty()) return false;
     const at::Tensor& first = params_.front();
@@ -230,19 +226,6 @@ void AdamW::device_step(double max_grad_norm) {
                       options_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 
-double AdamW::clip_grad_norm(double max_norm) {
-    torch::NoGradGuard no_grad;
-    std::vector<at::Tensor> grads;
-    for (const at::Tensor& p : params_) {
-        if (p.grad().defined()) grads.push_back(p.grad());
-    }
-    if (grads.empty()) return 0.0;
-    // torch.nn.utils.clip_grad_norm_'s way: per-tensor norms in one foreach call.
-    const double norm = at::stack(at::_foreach_norm(grads, 2)).norm().item<double>();  // one sync
-    if (max_norm > 0 && norm > max_norm) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
-    return norm;
-}
-
 void AdamW::load_state(int64_t steps, const std::vector<at::Tensor>& exp_avg,
                        const std::vector<at::Tensor>& exp_avg_sq) {
     if (exp_avg.size() != params_.size() || exp_avg_sq.size() != params_.size()) {
@@ -260,6 +243,28 @@ void AdamW::load_state(int64_t steps, const std::vector<at::Tensor>& exp_avg,
         exp_avg_sq_[i].copy_(exp_avg_sq[i]);
     }
     step_ = steps;
+}
+
+OptimizerState AdamW::state() const {
+    OptimizerState s;
+    s.kind = "adamw";
+    s.steps = step_;
+    for (const at::Tensor& t : exp_avg_) s.lists["exp_avg"].push_back(t.detach().cpu());
+    for (const at::Tensor& t : exp_avg_sq_) s.lists["exp_avg_sq"].push_back(t.detach().cpu());
+    return s;
+}
+
+void AdamW::load_state(const OptimizerState& state) {
+    check_optimizer_state(state, "adamw", {"exp_avg", "exp_avg_sq"}, params_.size());
+    load_state(state.steps, state.lists.at("exp_avg"), state.lists.at("exp_avg_sq"));
+}
+
+std::uint64_t AdamW::state_bytes() const {
+    std::uint64_t bytes = 0;
+    for (std::size_t i = 0; i < exp_avg_.size(); ++i) {
+        bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
+    }
+    return bytes;
 }
 
 }  // namespace loom

@@ -48,13 +48,19 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& s) {
     if (ec) throw IoError(dir.string(), "cannot create the checkpoint folder: " + ec.message());
     NamedTensors tensors;
     add_list(tensors, "lora", s.lora);
-    add_list(tensors, "exp_avg", s.exp_avg);
-    add_list(tensors, "exp_avg_sq", s.exp_avg_sq);
+    nlohmann::json lists = nlohmann::json::array();
+    for (const auto& [name, list] : s.optimizer.lists) {
+        add_list(tensors, name, list);  // AdamW's exp_avg / exp_avg_sq keep their old names
+        lists.push_back(name);
+    }
     add_list(tensors, "ema", s.ema);
     tensors.emplace_back("rng_cpu", s.rng_cpu);
     write_tensors(dir / "state.safetensors", tensors);
     const nlohmann::json meta = {{"step", s.step},
-                                 {"optimizer_steps", s.optimizer_steps},
+                                 {"optimizer", s.optimizer.kind},
+                                 {"optimizer_steps", s.optimizer.steps},
+                                 {"optimizer_lists", lists},
+                                 {"optimizer_scalars", s.optimizer.scalars},
                                  {"lora", s.lora.size()},
                                  {"ema", s.ema.size()},
                                  {"data_cursor", nlohmann::json::parse(s.data_cursor)}};
@@ -76,7 +82,12 @@ CheckpointState load_checkpoint(const fs::path& dir) {
     CheckpointState s;
     try {
         s.step = meta.at("step").get<int64_t>();
-        s.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
+        s.optimizer.steps = meta.at("optimizer_steps").get<int64_t>();
+        // Checkpoints from before the optimizer choice hold AdamW's two lists.
+        s.optimizer.kind = meta.value("optimizer", std::string("adamw"));
+        const std::vector<std::string> lists =
+            meta.value("optimizer_lists", std::vector<std::string>{"exp_avg", "exp_avg_sq"});
+        s.optimizer.scalars = meta.value("optimizer_scalars", std::map<std::string, double>{});
         s.data_cursor = meta.at("data_cursor").dump();
         const auto lora_count = meta.at("lora").get<std::size_t>();
         const auto ema_count = meta.at("ema").get<std::size_t>();
@@ -84,8 +95,9 @@ CheckpointState load_checkpoint(const fs::path& dir) {
         std::map<std::string, at::Tensor> all;
         for (auto& [name, t] : read_all_tensors(file)) all[name] = t;
         s.lora = take_list(all, "lora", lora_count, file);
-        s.exp_avg = take_list(all, "exp_avg", lora_count, file);
-        s.exp_avg_sq = take_list(all, "exp_avg_sq", lora_count, file);
+        for (const std::string& name : lists) {
+            s.optimizer.lists[name] = take_list(all, name, lora_count, file);
+        }
         s.ema = take_list(all, "ema", ema_count, file);
         auto rng = all.find("rng_cpu");
         if (rng == all.end()) throw FormatError(file.string(), "has no RNG state");

@@ -68,17 +68,11 @@ LoRATraining::LoRATraining(const config::ProcessConfig& process, torch::nn::Modu
     if (n.pretrained_lora_path) load_lora(*network_, *n.pretrained_lora_path);
     network_->set_training(true);
     const config::TrainConfig& t = process.train;
-    AdamWOptions ao;
-    ao.lr = t.unet_lr.value_or(t.lr);
-    ao.beta1 = t.optimizer_params.betas.at(0);
-    ao.beta2 = t.optimizer_params.betas.at(1);
-    ao.eps = t.optimizer_params.eps;
-    ao.weight_decay = t.optimizer_params.weight_decay;
-    ao.fused = process.perf.fused_adamw;
-    optimizer_ = std::make_unique<AdamW>(network_->parameters(), ao);
+    optimizer_ = make_optimizer(t, network_->parameters(), process.perf.fused_adamw);
+    const double base_lr = t.unet_lr.value_or(t.lr);
     const config::LrScheduler kind = process.choices.lr_scheduler;
     schedule_ = make_lr_schedule(
-        kind, ao.lr, t.steps,
+        kind, base_lr, t.steps,
         t.lr_scheduler_params.num_warmup_steps.value_or(
             kind == config::LrScheduler::kConstantWithWarmup ? kDefaultWarmupSteps : 0));
     if (t.ema_config.use_ema) {
@@ -120,10 +114,8 @@ void LoRATraining::save_file(const std::filesystem::path& file,
 CheckpointState LoRATraining::checkpoint(std::int64_t step) const {
     CheckpointState s;
     s.step = step;
-    s.optimizer_steps = optimizer_->steps_taken();
     for (const auto& p : network_->parameters()) s.lora.push_back(p.detach().cpu());
-    for (const auto& t : optimizer_->exp_avg()) s.exp_avg.push_back(t.cpu());
-    for (const auto& t : optimizer_->exp_avg_sq()) s.exp_avg_sq.push_back(t.cpu());
+    s.optimizer = optimizer_->state();
     if (ema_) {
         for (const auto& t : ema_->shadow()) s.ema.push_back(t.cpu());
     }
@@ -142,7 +134,11 @@ void LoRATraining::restore(const CheckpointState& s, const std::filesystem::path
     }
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(s.lora[i]);
-    optimizer_->load_state(s.optimizer_steps, s.exp_avg, s.exp_avg_sq);
+    try {
+        optimizer_->load_state(s.optimizer);
+    } catch (const Error& e) {
+        throw FormatError(source.string(), e.what());
+    }
     if (ema_ && !s.ema.empty()) ema_->load(s.ema);
 }
 

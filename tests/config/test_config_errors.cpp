@@ -91,7 +91,8 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:13:21: config.process.0.oom.vram_limit: invalid size '8 gigs': unknown unit "
          "'gigs' (write a number with an optional unit: 100000000, 96MiB, 8GiB, 1.5GB)"},
         {"enum_invalid", with("      train:\n        optimizer: sgdd\n"),
-         "job.yaml:13:20: config.process.0.train.optimizer must be one of adamw, adam, got 'sgdd'"},
+         "job.yaml:13:20: config.process.0.train.optimizer must be one of adamw, adam, adamw8bit, "
+         "prodigy, prodigyopt, got 'sgdd'"},
         {"module_set_invalid",
          with("      network:\n        network_kwargs:\n          module_set: kohya-ss\n"),
          "job.yaml:14:23: config.process.0.network.network_kwargs.module_set must be one of "

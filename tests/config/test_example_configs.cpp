@@ -54,8 +54,7 @@ TEST(ExampleConfigs, AiToolkitFluxExampleResolvesWithItsDefaults) {
     std::vector<std::string> flagged;
     for (const Diagnostic& d : loaded.warnings) flagged.push_back(d.key_path);
     const std::vector<std::string> expected = {
-        "config.process.0.train.optimizer",  // adamw8bit
-        "config.process.0.model.quantize",   // true
+        "config.process.0.model.quantize",  // true
     };
     std::sort(flagged.begin(), flagged.end());
     std::vector<std::string> sorted = expected;
@@ -73,10 +72,9 @@ TEST(ExampleConfigs, AiToolkitFluxSchnellExampleIsATrainableJob) {
     std::vector<std::string> flagged;
     for (const Diagnostic& d : loaded.warnings) flagged.push_back(d.key_path);
     std::sort(flagged.begin(), flagged.end());
-    // Only what loom genuinely lacks is warned: the 8-bit optimizer, quantization, the adapter.
+    // Only what loom genuinely lacks is warned: quantization, the assistant adapter.
     EXPECT_EQ(flagged, (std::vector<std::string>{"config.process.0.model.assistant_lora_path",
-                                                 "config.process.0.model.quantize",
-                                                 "config.process.0.train.optimizer"}));
+                                                 "config.process.0.model.quantize"}));
 }
 
 }  // namespace

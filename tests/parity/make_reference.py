@@ -11,6 +11,7 @@ Writes, with fixed seeds:
   OUT/cases/scheduler.safetensors  DDPM/DDIM/Euler reference values
   OUT/t5_tokenizer/, OUT/t5/, OUT/umt5/ and their cases (t5_reference.py)
   OUT/flux/, OUT/flux_schnell/ and their cases (flux_reference.py)
+  OUT/optimizers/ 8-bit AdamW and Prodigy steps (optimizer_reference.py)
 Everything is float32 on the CPU.
 """
 import json
@@ -26,6 +27,7 @@ from reference_cases import save_case
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler,
                        StableDiffusionPipeline, StableDiffusionXLPipeline, UNet2DConditionModel)
 import flux_reference
+import optimizer_reference
 import t5_reference
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
                           CLIPTokenizer)
@@ -258,6 +260,7 @@ def main(out):
     save_file({k: v.contiguous() for k, v in ref.items()}, os.path.join(cases, "scheduler.safetensors"))
     t5, t5_tokenizer = t5_reference.build(out, cases)
     flux_reference.build(out, cases, sd1.text_encoder, sd1.tokenizer, t5, t5_tokenizer)
+    optimizer_reference.build(out)
     print(f"parity references written to {out}")
 
 

@@ -141,6 +141,40 @@ TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
     EXPECT_LE(testing::max_lora_difference(whole.final_lora, second.final_lora), 1e-5);
 }
 
+// 8-bit AdamW and Prodigy keep other state (codes and block maxima; s, p0 and d): it goes
+// through the checkpoint too, and the resumed run ends on the uninterrupted one's LoRA. A
+// checkpoint of one optimizer does not resume a job that names another.
+TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOneWithEachOptimizer) {
+    TrainOverrides o;
+    o.progress_line = false;
+    for (const std::string name : {"adamw8bit", "prodigy"}) {
+        const std::string extra = "        optimizer: " + name + "\n";
+        const std::string lr = name == "prodigy" ? "1.0" : "3e-3";
+        const TrainSummary whole =
+            train_process(job("whole_" + name, 8, lr, "{linear: 4, linear_alpha: 4}", extra), 0, o);
+        TrainOverrides stop = o;
+        stop.stop_after_steps = 5;
+        train_process(job("split_" + name, 8, lr, "{linear: 4, linear_alpha: 4}", extra), 0, stop);
+        const TrainSummary second =
+            train_process(job("split_" + name, 8, lr, "{linear: 4, linear_alpha: 4}", extra), 0, o);
+        EXPECT_TRUE(second.resumed) << name;
+        EXPECT_EQ(second.start_step, 3) << name;
+        EXPECT_EQ(testing::max_lora_difference(whole.final_lora, second.final_lora), 0.0) << name;
+    }
+    TrainOverrides stop = o;
+    stop.stop_after_steps = 4;
+    train_process(
+        job("switched", 8, "3e-3", "{linear: 4, linear_alpha: 4}", "        optimizer: prodigy\n"),
+        0, stop);
+    try {
+        train_process(job("switched", 8, "3e-3"), 0, o);
+        FAIL() << "a Prodigy checkpoint resumed an AdamW job";
+    } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("train.optimizer changed"), std::string::npos)
+            << e.what();
+    }
+}
+
 // A newest checkpoint that claims to be complete but does not load (truncated by a full disk or a
 // crash the marker did not see) is passed over with a warning and an event: the run resumes from
 // the one before it and still ends with the uninterrupted run's LoRA.

@@ -201,15 +201,32 @@ struct EmaConfig {
 };
 
 struct OptimizerParams {
-    double weight_decay = 0.01;  // torch.optim.AdamW's default, which ai-toolkit passes through
+    // Absent: each optimizer's own default, which ai-toolkit passes through (AdamW and 8-bit
+    // AdamW 0.01, Prodigy 0).
+    std::optional<double> weight_decay;
     std::vector<double> betas = {0.9, 0.999};
-    double eps = 1e-6;  // ai-toolkit builds AdamW with eps=1e-6
+    double eps = 1e-6;  // ai-toolkit builds AdamW, AdamW8bit and Prodigy with eps=1e-6
+    // Prodigy's (prodigyopt's names and defaults).
+    std::optional<double> beta3;  // sqrt(beta2) when absent
+    double d0 = 1e-6;
+    double d_coef = 1.0;
+    std::optional<double> growth_rate;  // unbounded when absent
+    bool decouple = true;
+    bool use_bias_correction = false;
+    bool safeguard_warmup = false;
 
     template <class V>
     static void fields(V& v) {
         v("weight_decay", &OptimizerParams::weight_decay, AtLeast{0});
         v("betas", &OptimizerParams::betas, AtLeast{0}, Below{1}, MinItems{2});
         v("eps", &OptimizerParams::eps, Above{0});
+        v("beta3", &OptimizerParams::beta3, AtLeast{0}, Below{1});
+        v("d0", &OptimizerParams::d0, Above{0});
+        v("d_coef", &OptimizerParams::d_coef, Above{0});
+        v("growth_rate", &OptimizerParams::growth_rate, Above{0});
+        v("decouple", &OptimizerParams::decouple);
+        v("use_bias_correction", &OptimizerParams::use_bias_correction);
+        v("safeguard_warmup", &OptimizerParams::safeguard_warmup);
     }
 };
 
@@ -262,11 +279,10 @@ struct TrainConfig {
         v("text_encoder_lr", &TrainConfig::text_encoder_lr, Above{0});
         v("batch_size", &TrainConfig::batch_size, AtLeast{1});
         v("optimizer", &TrainConfig::optimizer,
-          OneOf{{"adamw", "adam"},
-                {"adamw8bit", "adam8bit", "adamw8", "adam8", "ademamix8bit", "lion8bit", "lion",
-                 "adagrad", "adafactor", "prodigy", "prodigyopt", "prodigy8bit", "dadaptation",
-                 "dadaptadam", "dadaptlion", "automagic", "automagic2", "automagic3",
-                 "automagicexperiment"},
+          OneOf{{"adamw", "adam", "adamw8bit", "prodigy", "prodigyopt"},
+                {"adam8bit", "adamw8", "adam8", "ademamix8bit", "lion8bit", "lion", "adagrad",
+                 "adafactor", "prodigy8bit", "dadaptation", "dadaptadam", "dadaptlion", "automagic",
+                 "automagic2", "automagic3", "automagicexperiment"},
                 "loom trains with 32-bit AdamW instead"});
         v("optimizer_params", &TrainConfig::optimizer_params);
         v("lr_scheduler", &TrainConfig::lr_scheduler,

@@ -14,6 +14,8 @@
 
 #include <vector>
 
+#include "loom/train/optimizer.h"
+
 namespace loom {
 
 struct AdamWOptions {
@@ -27,18 +29,13 @@ struct AdamWOptions {
     bool fused = false;
 };
 
-class AdamW {
+class AdamW final : public Optimizer {
   public:
     AdamW(std::vector<at::Tensor> params, AdamWOptions options);
 
     // One update with learning rate `lr` from the parameters' .grad() (parameters without a
     // gradient are skipped but still count the step). All or nothing.
-    void step(double lr);
-    // Sets every gradient to undefined (not zeros): what an OOM retry needs.
-    void zero_grad();
-
-    // Scales gradients so their global L2 norm is at most `max_norm`; returns the norm before.
-    double clip_grad_norm(double max_norm);
+    void step(double lr) override;
 
     // perf.cuda_graphs: the whole update — clipping and the fused AdamW kernel — as device work
     // with no host read-back, so a CUDA graph can capture it. The learning rate and the step
@@ -46,26 +43,29 @@ class AdamW {
     // replay); clipping computes its factor on the device, min(1, max_norm / (norm + 1e-6)) as
     // torch.nn.utils.clip_grad_norm_ does. count_device_step() counts the step once the update
     // ran. Supported when every parameter has a gradient and the fused kernel's rules hold.
-    bool device_step_supported() const;
-    void prepare_device_step(double lr);
-    void device_step(double max_grad_norm);
-    void count_device_step() { ++step_; }
+    bool device_step_supported() const override;
+    void prepare_device_step(double lr) override;
+    void device_step(double max_grad_norm) override;
+    void count_device_step() override { ++step_; }
 
-    int64_t steps_taken() const { return step_; }
-    const std::vector<at::Tensor>& params() const { return params_; }
-    // exp_avg and exp_avg_sq per parameter, for checkpoints.
+    int64_t steps_taken() const override { return step_; }
+    // exp_avg and exp_avg_sq per parameter.
     const std::vector<at::Tensor>& exp_avg() const { return exp_avg_; }
     const std::vector<at::Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
-    // Restores state written by a checkpoint (shapes must match).
+    // Restores the moments (shapes must match).
     void load_state(int64_t steps, const std::vector<at::Tensor>& exp_avg,
                     const std::vector<at::Tensor>& exp_avg_sq);
+    // Lists "exp_avg" and "exp_avg_sq" (the checkpoint names loom has always used).
+    OptimizerState state() const override;
+    void load_state(const OptimizerState& state) override;
+    std::uint64_t state_bytes() const override;
+    std::string python_name() const override { return "torch.optim.adamw.AdamW"; }
 
   private:
     bool every_grad_defined() const;
     void step_flat(double lr, double bias1, double bias2);
     bool step_fused(double lr, int64_t t);
 
-    std::vector<at::Tensor> params_;
     // With every parameter contiguous, of one dtype and on one device, the state is two flat
     // buffers and exp_avg_ / exp_avg_sq_ are views of them (undefined otherwise).
     at::Tensor flat_exp_avg_;

@@ -14,20 +14,20 @@
 #include <string>
 #include <vector>
 
+#include "loom/train/optimizer.h"
+
 namespace loom {
 
 class RunFolder;
 
 struct CheckpointState {
-    std::int64_t step = 0;             // steps completed
-    std::int64_t optimizer_steps = 0;  // AdamW's bias-correction counter
-    std::vector<at::Tensor> lora;      // network parameters, in LoRANetwork::parameters() order
-    std::vector<at::Tensor> exp_avg;
-    std::vector<at::Tensor> exp_avg_sq;
-    std::vector<at::Tensor> ema;  // empty without EMA
-    at::Tensor rng_cpu;           // torch's default CPU generator state
-    std::string data_cursor;      // data::cursor_to_json
-    std::string plan_yaml;        // the guard's plan when saved (plan.yaml); may be empty
+    std::int64_t step = 0;         // steps completed
+    std::vector<at::Tensor> lora;  // network parameters, in LoRANetwork::parameters() order
+    OptimizerState optimizer;      // its lists hold one tensor per LoRA tensor
+    std::vector<at::Tensor> ema;   // empty without EMA
+    at::Tensor rng_cpu;            // torch's default CPU generator state
+    std::string data_cursor;       // data::cursor_to_json
+    std::string plan_yaml;         // the guard's plan when saved (plan.yaml); may be empty
 };
 
 void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& state);

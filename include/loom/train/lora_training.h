@@ -1,7 +1,7 @@
 #pragma once
 
 // The trainable half of a run: the job's LoRA injected into the denoiser (the UNet, Flux's
-// transformer), its AdamW state, the EMA
+// transformer), its optimizer (train.optimizer) and its state, the EMA
 // averages and the learning-rate schedule — set up from the job, stepped, written to LoRA files
 // and to checkpoints, and restored from them. The frozen base model is not here.
 
@@ -16,10 +16,10 @@
 #include "loom/io/safetensors.h"
 #include "loom/lora/lora_network.h"
 #include "loom/model/family.h"
-#include "loom/train/adamw.h"
 #include "loom/train/checkpoint_state.h"
 #include "loom/train/ema.h"
 #include "loom/train/lr_schedule.h"
+#include "loom/train/optimizer.h"
 
 namespace loom {
 
@@ -36,11 +36,11 @@ class LoRATraining {
                  DenoiserKind kind, const Device& device, std::uint64_t seed);
 
     LoRANetwork& network() { return *network_; }
-    AdamW& optimizer() { return *optimizer_; }
+    Optimizer& optimizer() { return *optimizer_; }
     const LrSchedule& schedule() const { return schedule_; }
     std::vector<at::Tensor> parameters() const { return network_->parameters(); }
 
-    // The update after a step's micro-batches: clip (max_norm > 0), AdamW at the schedule's
+    // The update after a step's micro-batches: clip (max_norm > 0), the optimizer at the schedule's
     // rate for 0-based step `step_index`, gradients back to undefined, the EMA follows.
     void step(std::int64_t step_index, double max_grad_norm);
     // The same update under perf.cuda_graphs, as the key "update" of `graphs` (captured with
@@ -74,7 +74,7 @@ class LoRATraining {
 
   private:
     std::unique_ptr<LoRANetwork> network_;
-    std::unique_ptr<AdamW> optimizer_;
+    std::unique_ptr<Optimizer> optimizer_;
     std::unique_ptr<Ema> ema_;
     LrSchedule schedule_;
 };
