@@ -23,6 +23,7 @@ reference's figure over loom's, so above 1 means loom is better everywhere).
 """
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -109,16 +110,9 @@ def run_loom(loom, work, name, size_args, env):
     f = figures(launched, [m["time"] for m in metrics], rss)
     f["profile"] = profile(metrics)
     lora = safe_open(os.path.join(work, "runs", name, name + ".safetensors"), framework="pt")
-    f["lora_parameters"] = sum(_numel(lora.get_slice(k).get_shape())
+    f["lora_parameters"] = sum(math.prod(lora.get_slice(k).get_shape())
                                for k in lora.keys() if not k.endswith(".alpha"))
     return f
-
-
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def profile(metrics):

@@ -61,8 +61,8 @@ std::vector<std::uint8_t> make_table(const at::Tensor& code) {
     return table;
 }
 
-// The table of a code map, built once per map (the maps are the two static dynamic maps in
-// practice; other tensors are keyed by their storage and contents' first values).
+// The table of a code map, built once per distinct map (keyed by its 256 values; in practice
+// the two dynamic maps).
 const std::vector<std::uint8_t>& table_for(const at::Tensor& code) {
     static std::mutex mutex;
     static std::map<std::vector<float>, std::vector<std::uint8_t>> tables;

@@ -275,6 +275,18 @@ TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {
     EXPECT_EQ(sd.warnings[0].key_path, "config.process.0.train.noise_scheduler");
 }
 
+TEST(ConfigWarnings, UNetModuleSetIsNotedOnFluxOnly) {
+    const std::string kohya_set =
+        "      network:\n        network_kwargs:\n          module_set: kohya\n";
+    const LoadedJob sd = load(with("") + kohya_set);
+    EXPECT_TRUE(sd.warnings.empty());
+    EXPECT_EQ(sd.job.config.process.at(0).network.network_kwargs.module_set, "kohya");
+    const LoadedJob flux = load(with("        is_flux: true\n") + kohya_set);
+    ASSERT_EQ(flux.warnings.size(), 1u);
+    EXPECT_EQ(flux.warnings[0].key_path, "config.process.0.network.network_kwargs.module_set");
+    EXPECT_EQ(flux.warnings[0].kind, DiagnosticKind::kNote);
+}
+
 TEST(ConfigWarnings, StrictTurnsWarningsIntoErrors) {
     LoadOptions options;
     options.strict = true;

@@ -59,7 +59,6 @@ class AdamW final : public Optimizer {
     OptimizerState state() const override;
     void load_state(const OptimizerState& state) override;
     std::uint64_t state_bytes() const override;
-    std::string python_name() const override { return "torch.optim.adamw.AdamW"; }
 
   private:
     bool every_grad_defined() const;

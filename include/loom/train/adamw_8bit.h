@@ -44,7 +44,6 @@ class AdamW8bit final : public Optimizer {
     OptimizerState state() const override;
     void load_state(const OptimizerState& state) override;
     std::uint64_t state_bytes() const override;
-    std::string python_name() const override { return "bitsandbytes.optim.adamw.AdamW8bit"; }
 
     // Whether parameter `i` keeps 8-bit moments.
     bool quantized(std::size_t i) const { return slots_[i].quantized; }

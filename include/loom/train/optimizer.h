@@ -59,15 +59,13 @@ class Optimizer {
     virtual void load_state(const OptimizerState& state) = 0;
     // The bytes the persistent state holds on the parameters' device.
     virtual std::uint64_t state_bytes() const = 0;
-    // What kohya's ss_optimizer metadata calls it (the Python class ai-toolkit would use).
-    virtual std::string python_name() const = 0;
 
   protected:
     std::vector<at::Tensor> params_;
 };
 
-// The optimizer `train.optimizer` names, with `train.optimizer_params`, learning rate `lr` as
-// the schedule's base and `fused` (perf.fused_adamw, AdamW only).
+// The optimizer `train.optimizer` names, with `train.optimizer_params` and `fused`
+// (perf.fused_adamw, AdamW only); the learning rate comes with each step().
 std::unique_ptr<Optimizer> make_optimizer(const config::TrainConfig& train,
                                           std::vector<at::Tensor> params, bool fused);
 

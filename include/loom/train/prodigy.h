@@ -42,7 +42,6 @@ class Prodigy final : public Optimizer {
     OptimizerState state() const override;
     void load_state(const OptimizerState& state) override;
     std::uint64_t state_bytes() const override;
-    std::string python_name() const override { return "prodigyopt.prodigy.Prodigy"; }
 
     // The current distance estimate (the learning rate Prodigy adapts is d * lr).
     double d() const { return d_; }
