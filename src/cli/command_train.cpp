@@ -129,6 +129,21 @@ int train_in_process(const config::Job& job, TrainOverrides o,
     return to_int(ExitCode::kOk);
 }
 
+// ai-toolkit fine-tunes the whole model when a process has no network section; loom trains
+// LoRAs only, so it says what it trains instead of quietly training something else.
+void warn_full_fine_tunes(const config::Job& job) {
+    const auto& processes = job.config.process;
+    for (std::size_t i = 0; i < processes.size(); ++i) {
+        const config::ProcessConfig& p = processes[i];
+        if (p.choices.network_given) continue;
+        logger("config").warn(
+            "config.process.{} has no network section: ai-toolkit would fine-tune the whole "
+            "model, which loom does not support yet; loom trains a LoRA of rank {} and alpha {} "
+            "instead (add a network section to choose)",
+            i, p.network.linear, *p.network.linear_alpha);
+    }
+}
+
 int run_train(const std::vector<std::string>& args) {
     cxxopts::Options options = train_options();
     const cxxopts::ParseResult parsed = parse_options(options, "train", args);
@@ -144,6 +159,7 @@ int run_train(const std::vector<std::string>& args) {
     if (!supervise) {
         for (const auto& line : loaded.applied_overrides) logger("config").info("--set {}", line);
         for (const auto& d : loaded.warnings) std::cerr << d.to_string() << "\n";
+        warn_full_fine_tunes(loaded.job);
     }
     configure_faults(parsed.count("faults")
                          ? std::optional<std::string>(parsed["faults"].as<std::string>())

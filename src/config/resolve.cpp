@@ -62,6 +62,9 @@ class Resolver {
         check_device(p.device, path + ".device");
 
         NetworkConfig& n = p.network;
+        // ai-toolkit fine-tunes the whole model when a job has no network section (its
+        // full_fine_tune examples); `loom train` says it trains a LoRA instead.
+        p.choices.network_given = was_given(path + ".network");
         if (!n.linear_alpha) n.linear_alpha = n.alpha;
         if (n.conv && !n.conv_alpha) n.conv_alpha = static_cast<double>(*n.conv);
 

@@ -77,4 +77,13 @@ wait "$waiter"; rc=$?
 grep -q "resuming $TMP/runs/busy from the checkpoint" "$TMP/waiter.log" \
   && ok "the waiter resumed the run" || bad "the waiter did not resume"
 
+# A job without a network section (ai-toolkit's full fine-tune) trains a LoRA and says so.
+tiny_job no_network 1 | grep -v "network:" >"$TMP/no_network.yaml"
+"$LOOM" train "$TMP/no_network.yaml" --no-supervise >"$TMP/no_network.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && ok "a job without a network trains" || { bad "no network: exit $rc"; tail -3 "$TMP/no_network.log"; }
+grep -q "config.process.0 has no network section: ai-toolkit would fine-tune the whole model" \
+  "$TMP/no_network.log" && ok "it says ai-toolkit would fine-tune the whole model" \
+  || { bad "no full fine-tune warning"; cat "$TMP/no_network.log"; }
+
 finish

@@ -48,6 +48,9 @@ struct Choices {
     PreviewSampler sampler = PreviewSampler::kDdpm;
     LoRAKeyLayout lora_layout = LoRAKeyLayout::kKohya;
     ReuseStable reuse_stable = ReuseStable::kAuto;
+    // Whether the job has a network section: without one ai-toolkit fine-tunes the whole model,
+    // which loom does not do (it trains a LoRA with the section's defaults and says so).
+    bool network_given = true;
 };
 
 // The resolutions, exposed for tests and for callers that hold a single word. Each accepts every

@@ -60,7 +60,9 @@ struct NetworkConfig {
     template <class V>
     static void fields(V& v) {
         v("type", &NetworkConfig::type,
-          OneOf{{"lora"}, {"locon", "lycoris", "lokr", "dora", "fullrank", "lorm"}});
+          // ai-toolkit trains every type but lokr/dora/fullrank as a plain LoRA: "lierla"
+          // (kohya's name for it, in ai-toolkit's slider example) is one.
+          OneOf{{"lora", "lierla"}, {"locon", "lycoris", "lokr", "dora", "fullrank", "lorm"}});
         v("linear", &NetworkConfig::linear, AtLeast{1}, Alias{"rank"});
         v("alpha", &NetworkConfig::alpha, AtLeast{0});
         v("linear_alpha", &NetworkConfig::linear_alpha, AtLeast{0});
@@ -184,7 +186,8 @@ struct DatasetConfig {
                    "controls",
                    "control_from_same_folder",
                    "augments",
-                   "augmentations"});
+                   "augmentations",
+                   "clip_image_path"});
     }
 };
 
@@ -683,11 +686,11 @@ struct ProcessConfig {
     static void fields(V& v) {
         v("type", &ProcessConfig::type, Required{"sd_trainer or diffusion_trainer"},
           OneOf{{"sd_trainer", "diffusion_trainer"},
-                {"textual_inversion_trainer", "ui_trainer", "concept_slider",
+                {"textual_inversion_trainer", "ui_trainer", "slider", "concept_slider",
                  "ultimate_slider_trainer", "image_reference_slider_trainer", "concept_replacer",
                  "reference_generator", "pure_lora_generator", "batch_img2img", "dataset_tools",
                  "sync_from_collection", "super_tagger"},
-                "loom runs LoRA training processes only"});
+                "loom trains it as an sd_trainer LoRA job, from its datasets"});
         v("name", &ProcessConfig::name);
         v("training_folder", &ProcessConfig::training_folder);
         v("device", &ProcessConfig::device);
@@ -720,6 +723,9 @@ struct JobConfig {
         v("name", &JobConfig::name, Required{"the job name; it names the run folder and files"});
         v("training_folder", &JobConfig::training_folder);
         v("process", &JobConfig::process, Required{"a list of training processes"}, MinItems{1});
+        // Keys of ai-toolkit's older `job: train` jobs (TrainJob): loom takes the device and
+        // the log folder per process.
+        v.not_yet({"device", "log_dir"});
     }
 };
 
