@@ -11,6 +11,7 @@
 #include "loom/io/safetensors.h"
 #include "loom/model/diffusers_folder.h"
 #include "loom/model/model_location.h"
+#include "loom/model/single_file.h"
 #include "loom/model/stable_diffusion.h"
 #include "options.h"
 
@@ -20,10 +21,12 @@ namespace {
 
 cxxopts::Options inspect_options() {
     cxxopts::Options options("loom inspect",
-                             "Describe a diffusers model folder: arch, components, parameter "
-                             "counts and dtypes (read from the safetensors headers).");
-    options.positional_help("MODEL_DIR");
-    options.add_options()("model", "Model folder", cxxopts::value<std::string>());
+                             "Describe a model — a diffusers folder, a single-file checkpoint or "
+                             "a cached hub id: arch, components, parameter counts and dtypes "
+                             "(read from the safetensors headers).");
+    options.positional_help("MODEL");
+    options.add_options()("model", "Model folder, .safetensors file or hub id",
+                          cxxopts::value<std::string>());
     options.parse_positional({"model"});
     return options;
 }
@@ -42,12 +45,47 @@ std::string human_count(std::int64_t n) {
     return out.str();
 }
 
+// A single-file checkpoint: its kind, and its components by their prefixes in the file.
+int inspect_single_file(const std::filesystem::path& file) {
+    const std::string arch = detect_single_file_arch(file);
+    std::cout << "model:    " << file.string() << "\n"
+              << "layout:   single file (original Stability layout)\n"
+              << "arch:     " << arch << (arch == "sd2" ? " (loom cannot load it yet)" : "")
+              << "\n\ncomponents:\n";
+    static const std::vector<std::pair<const char*, const char*>> kPrefixes = {
+        {"unet", "model.diffusion_model."},
+        {"vae", "first_stage_model."},
+        {"text_encoder", "cond_stage_model."},
+        {"text_encoder", "conditioner.embedders.0."},
+        {"text_encoder_2", "conditioner.embedders.1."}};
+    const SafetensorsFile f = SafetensorsFile::open(file);
+    std::int64_t total = 0;
+    for (const auto& [name, prefix] : kPrefixes) {
+        std::map<std::string, std::int64_t> by_dtype;
+        std::int64_t count = 0;
+        for (const TensorInfo& t : f.tensors()) {
+            if (t.name.rfind(prefix, 0) != 0) continue;
+            by_dtype[dtype_name(t.dtype)] += t.numel();
+            count += t.numel();
+        }
+        if (count == 0) continue;
+        total += count;
+        std::cout << "  " << std::left << std::setw(16) << name << std::setw(28) << prefix
+                  << std::setw(10) << human_count(count);
+        for (const auto& [dtype, n] : by_dtype) std::cout << " " << dtype << ":" << n;
+        std::cout << "\n";
+    }
+    std::cout << "\nparameters: " << total << " (" << human_count(total) << ")\n";
+    return to_int(ExitCode::kOk);
+}
+
 int run_inspect(const std::vector<std::string>& args) {
     cxxopts::Options options = inspect_options();
     const cxxopts::ParseResult parsed = parse_options(options, "inspect", args);
-    if (!parsed.count("model")) throw UsageError("loom inspect: give a model folder");
-    const DiffusersFolder folder =
-        read_diffusers_folder(locate_model(parsed["model"].as<std::string>()));
+    if (!parsed.count("model")) throw UsageError("loom inspect: give a model folder or file");
+    const std::filesystem::path model = locate_model(parsed["model"].as<std::string>());
+    if (is_single_file_checkpoint(model)) return inspect_single_file(model);
+    const DiffusersFolder folder = read_diffusers_folder(model);
     const std::string arch = detect_arch(folder);
     const ArchSpec* spec = find_arch_spec(arch);
     std::cout << "model:    " << folder.root.string() << "\n"
@@ -85,7 +123,9 @@ int run_inspect(const std::vector<std::string>& args) {
 }  // namespace
 
 Command make_inspect_command() {
-    return {"inspect", "Describe a diffusers model folder (arch, components, parameters, dtypes)",
+    return {"inspect",
+            "Describe a model: a diffusers folder or a single-file checkpoint (arch, components, "
+            "parameters, dtypes)",
             [] { return inspect_options().help(); }, run_inspect};
 }
 

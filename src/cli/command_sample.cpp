@@ -21,6 +21,7 @@
 #include "loom/model/flux_preview_sampler.h"
 #include "loom/model/model_location.h"
 #include "loom/model/preview_sampler.h"
+#include "loom/model/single_file.h"
 #include "options.h"
 
 namespace loom::cli {
@@ -121,7 +122,8 @@ int run_sample(const std::vector<std::string>& args) {
     if (parsed.count("vram")) vram = parse_byte_size(parsed["vram"].as<std::string>());
     auto device = open_device(parse_device_spec(parsed["device"].as<std::string>()), vram);
     const std::filesystem::path model_dir = locate_model(parsed["model"].as<std::string>());
-    const bool flux = is_flux_pipeline(read_diffusers_folder(model_dir));
+    const bool flux =
+        !is_single_file_checkpoint(model_dir) && is_flux_pipeline(read_diffusers_folder(model_dir));
     std::vector<PreviewRequest> requests;
     const auto prompts = parsed["prompt"].as<std::vector<std::string>>();
     for (std::size_t i = 0; i < prompts.size(); ++i) {

@@ -417,9 +417,10 @@ std::vector<fs::path> find_weight_files(const fs::path& dir) {
                   ".bin/.ckpt weights with diffusers first)");
 }
 
-std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>& files,
-                         const std::string& what, const std::string& base_prefix,
-                         const std::map<std::string, std::string>& tied) {
+std::size_t load_stored_tensors(torch::nn::Module& module, const std::vector<StoredTensor>& sources,
+                                const std::string& what, const std::string& where,
+                                const std::string& config, const std::string& base_prefix,
+                                const std::map<std::string, std::string>& tied) {
     std::map<std::string, at::Tensor> targets;
     for (const auto& item : module.named_parameters(true)) targets[item.key()] = item.value();
     for (const auto& item : module.named_buffers(true)) targets[item.key()] = item.value();
@@ -430,38 +431,36 @@ std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>&
     std::vector<std::string> unexpected;
     std::vector<std::string> mismatched;
     torch::NoGradGuard no_grad;
-    for (const fs::path& path : files) {
-        const SafetensorsFile file = SafetensorsFile::open(path);
-        for (const TensorInfo& info : file.tensors()) {
-            auto it = targets.find(info.name);
-            if (it == targets.end()) {
-                const auto alias = tied.find(info.name);
-                if (alias != tied.end()) it = targets.find(alias->second);
-            }
-            if (it == targets.end() && !base_prefix.empty())
-                it = targets.find(base_prefix + info.name);
-            if (it == targets.end()) {
-                if (!kIgnored.count(info.name)) unexpected.push_back(info.name);
-                continue;
-            }
-            at::Tensor& target = it->second;
-            if (target.sizes().vec() != info.shape) {
-                std::ostringstream m;
-                m << info.name << " (file " << c10::IntArrayRef(info.shape) << ", model "
-                  << target.sizes() << ")";
-                mismatched.push_back(m.str());
-                continue;
-            }
-            target.copy_(read_tensor(file, info));  // casts fp16/bf16 to the module's dtype
-            loaded.insert(it->first);
+    for (const StoredTensor& source : sources) {
+        auto it = targets.find(source.name);
+        if (it == targets.end()) {
+            const auto alias = tied.find(source.name);
+            if (alias != tied.end()) it = targets.find(alias->second);
         }
+        if (it == targets.end() && !base_prefix.empty())
+            it = targets.find(base_prefix + source.name);
+        if (it == targets.end()) {
+            if (!kIgnored.count(source.name) && !kIgnored.count(base_prefix + source.name))
+                unexpected.push_back(source.name);
+            continue;
+        }
+        at::Tensor& target = it->second;
+        if (target.sizes().vec() != source.shape) {
+            std::ostringstream m;
+            m << source.name << " (file " << c10::IntArrayRef(source.shape) << ", model "
+              << target.sizes() << ")";
+            mismatched.push_back(m.str());
+            continue;
+        }
+        target.copy_(source.read());  // casts fp16/bf16 to the module's dtype
+        loaded.insert(it->first);
     }
     std::vector<std::string> missing;
     for (const auto& [name, _] : targets) {
         if (!loaded.count(name)) missing.push_back(name);
     }
     if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-        std::string msg = what + " weights do not match the model its config.json describes:";
+        std::string msg = what + " weights do not match the model its " + config + " describes:";
         if (!missing.empty()) {
             msg +=
                 " " + std::to_string(missing.size()) + " missing (" + join_first(missing, 3) + ");";
@@ -474,10 +473,33 @@ std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>&
             msg += " " + std::to_string(mismatched.size()) + " with other shapes (" +
                    join_first(mismatched, 3) + ");";
         }
-        msg += " check that config.json and the weights come from the same model";
-        throw FormatError(files.empty() ? what : files.front().parent_path().string(), msg);
+        msg += " check that " + config + " and the weights come from the same model";
+        throw FormatError(where, msg);
     }
     return loaded.size();
+}
+
+std::vector<StoredTensor> stored_tensors_of(const std::shared_ptr<const SafetensorsFile>& file) {
+    std::vector<StoredTensor> sources;
+    sources.reserve(file->tensors().size());
+    for (const TensorInfo& info : file->tensors()) {
+        sources.push_back(
+            {info.name, info.shape, [file, &info] { return read_tensor(*file, info); }});
+    }
+    return sources;
+}
+
+std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>& files,
+                         const std::string& what, const std::string& base_prefix,
+                         const std::map<std::string, std::string>& tied) {
+    std::vector<StoredTensor> sources;
+    for (const fs::path& path : files) {
+        const auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
+        for (StoredTensor& s : stored_tensors_of(file)) sources.push_back(std::move(s));
+    }
+    return load_stored_tensors(module, sources, what,
+                               files.empty() ? what : files.front().parent_path().string(),
+                               "config.json", base_prefix, tied);
 }
 
 std::size_t load_t5_weights(T5EncoderModelImpl& model, const std::vector<fs::path>& files,

@@ -2,13 +2,14 @@
 
 #include "loom/model/flux_family.h"
 #include "loom/model/sd_family.h"
+#include "loom/model/single_file.h"
 
 namespace loom {
 
 std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root,
                                                const FamilyLoadOptions& options) {
-    const DiffusersFolder folder = read_diffusers_folder(root);
-    if (is_flux_pipeline(folder)) {
+    // A file is an SD 1.x / SDXL checkpoint in the original single-file layout.
+    if (!is_single_file_checkpoint(root) && is_flux_pipeline(read_diffusers_folder(root))) {
         FluxLoadOptions o;
         o.dtype = options.dtype;
         return std::make_unique<FluxFamily>(load_flux(root, o), "flux");

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "loom/core/error.h"
+#include "loom/model/single_file.h"
 
 namespace loom {
 
@@ -97,6 +98,7 @@ CLIPTextModel load_text_encoder(const DiffusersFolder& folder, const std::string
 }
 
 StableDiffusion load_stable_diffusion(const std::filesystem::path& root, const LoadOptions& o) {
+    if (is_single_file_checkpoint(root)) return load_stable_diffusion_single_file(root, o);
     StableDiffusion sd;
     sd.folder = read_diffusers_folder(root);
     sd.arch = detect_arch(sd.folder);

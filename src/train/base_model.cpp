@@ -6,6 +6,7 @@
 #include "loom/model/diffusers_folder.h"
 #include "loom/model/flux_model.h"
 #include "loom/model/model_location.h"
+#include "loom/model/single_file.h"
 
 namespace loom {
 
@@ -28,7 +29,9 @@ std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& proce
     }
     // A folder, or a hub id found in the local Hugging Face cache.
     const std::string path = locate_model(process.model.name_or_path).string();
-    const bool flux_folder = is_flux_pipeline(read_diffusers_folder(path));
+    // A single file is an SD 1.x / SDXL checkpoint (model/single_file.h), or refused there.
+    const bool flux_folder =
+        !is_single_file_checkpoint(path) && is_flux_pipeline(read_diffusers_folder(path));
     if (flux_folder != is_flux_arch(arch)) {
         throw ConfigError("", "config.process.model.arch",
                           "model.arch '" + arch + "' but " + path + " holds a " +

@@ -12,6 +12,8 @@ Writes, with fixed seeds:
   OUT/t5_tokenizer/, OUT/t5/, OUT/umt5/ and their cases (t5_reference.py)
   OUT/flux/, OUT/flux_schnell/ and their cases (flux_reference.py)
   OUT/optimizers/ 8-bit AdamW and Prodigy steps (optimizer_reference.py)
+  OUT/single_file/ SD 1.x and SDXL single-file checkpoints, their folders and a hub cache
+                   (single_file_reference.py)
 Everything is float32 on the CPU.
 """
 import json
@@ -28,6 +30,7 @@ from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerDiscret
                        StableDiffusionPipeline, StableDiffusionXLPipeline, UNet2DConditionModel)
 import flux_reference
 import optimizer_reference
+import single_file_reference
 import t5_reference
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
                           CLIPTokenizer)
@@ -261,6 +264,7 @@ def main(out):
     t5, t5_tokenizer = t5_reference.build(out, cases)
     flux_reference.build(out, cases, sd1.text_encoder, sd1.tokenizer, t5, t5_tokenizer)
     optimizer_reference.build(out)
+    single_file_reference.build(out, vocab_folder, vocab_size)
     print(f"parity references written to {out}")
 
 

@@ -7,7 +7,9 @@
 #include <torch/nn/module.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@ namespace loom {
 
 // Declared here, defined with their models (flow_match.h, flux_transformer.h, t5_encoder.h), so
 // that this header does not pull them into every file that reads a folder.
+class SafetensorsFile;
 struct FlowMatchConfig;
 struct FluxConfig;
 struct T5Config;
@@ -73,6 +76,24 @@ std::vector<std::filesystem::path> find_weight_files(const std::filesystem::path
 std::size_t load_weights(torch::nn::Module& module, const std::vector<std::filesystem::path>& files,
                          const std::string& what, const std::string& base_prefix = "",
                          const std::map<std::string, std::string>& tied = {});
+
+// One tensor to load into a module: its name there, its shape, and how to read it (from a file,
+// possibly renamed, split or reshaped: single-file checkpoints, model/single_file.h).
+struct StoredTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::function<at::Tensor()> read;
+};
+
+// Every tensor of `file`, under its own name (the sources keep the file open).
+std::vector<StoredTensor> stored_tensors_of(const std::shared_ptr<const SafetensorsFile>& file);
+
+// load_weights over sources; `where` names the file or folder in the FormatError and `config`
+// where the module's config came from ("config.json").
+std::size_t load_stored_tensors(torch::nn::Module& module, const std::vector<StoredTensor>& sources,
+                                const std::string& what, const std::string& where,
+                                const std::string& config, const std::string& base_prefix = "",
+                                const std::map<std::string, std::string>& tied = {});
 
 // T5EncoderModel / UMT5EncoderModel weights: "encoder.embed_tokens.weight" is tied to
 // "shared.weight", and either (or both) may be in the files.

@@ -101,7 +101,8 @@ struct FamilyLoadOptions {
     bool v_prediction = false;
 };
 
-// The family of the diffusers folder at `root` (model_index.json's _class_name), every component
+// The family of the diffusers folder at `root` (model_index.json's _class_name), or of the SD 1.x /
+// SDXL single-file checkpoint `root` names (model/single_file.h), every component
 // loaded into host memory in `options.dtype`, in eval mode. FormatError naming the file when the
 // folder is not one loom loads.
 std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root,

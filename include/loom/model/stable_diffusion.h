@@ -69,7 +69,8 @@ AutoencoderKL load_vae(const DiffusersFolder& folder, at::ScalarType dtype = at:
 CLIPTextModel load_text_encoder(const DiffusersFolder& folder, const std::string& component,
                                 at::ScalarType dtype = at::kFloat);
 
-// Builds every component from its config.json and loads its weights.
+// Builds every component from its config.json and loads its weights; a file is a single-file
+// checkpoint (model/single_file.h).
 StableDiffusion load_stable_diffusion(const std::filesystem::path& root,
                                       const LoadOptions& options = {});
 
