@@ -23,9 +23,11 @@ BUILD_DIR="${LOOM_BUILD_DIR:-build}"
 STAMP="$VENV/.loom-torch-$TORCH_VERSION"
 # Reference implementations for parity tests and benchmarks only; loom itself never imports them.
 # sentencepiece and protobuf: the T5 tokenizer references (tests/parity/t5_reference.py);
-# bitsandbytes and prodigyopt: the optimizer references (tests/parity/optimizer_reference.py).
+# bitsandbytes and prodigyopt: the optimizer references (tests/parity/optimizer_reference.py);
+# optimum-quanto: the weight quantizer (tests/parity/quantization_reference.py).
 PY_PACKAGES=(diffusers==0.42.1 transformers==5.23.0 peft==0.21.2 safetensors==0.8.0 numpy
-             sentencepiece==0.2.3 protobuf==7.36.2 bitsandbytes==0.50.2 prodigyopt==1.1.2)
+             sentencepiece==0.2.3 protobuf==7.36.2 bitsandbytes==0.50.2 prodigyopt==1.1.2
+             optimum-quanto==0.2.7)
 PY_STAMP="$VENV/.loom-python-$(printf '%s ' "${PY_PACKAGES[@]}" | md5sum | cut -c1-12)"
 
 APT_PACKAGES=(

@@ -140,4 +140,48 @@ const char* to_string(PreviewSampler sampler) {
     return "ddim";
 }
 
+std::optional<QType> parse_qtype(const std::string& word) {
+    const std::string qtype = word.substr(0, word.find('|'));
+    if (qtype == "qfloat8" || qtype == "float8" || qtype == "qfloat8_e4m3fn" ||
+        qtype == "float8_e4m3fn") {
+        return QType::kFloat8;
+    }
+    if (qtype == "qint8" || qtype == "int8") return QType::kInt8;
+    if (qtype == "qint4" || qtype == "uint4" || qtype == "int4") return QType::kUInt4;
+    return std::nullopt;
+}
+
+QTypeChoice choose_qtype(const std::string& word) {
+    QTypeChoice choice;
+    const std::optional<QType> parsed = parse_qtype(word);
+    const std::string qtype = word.substr(0, word.find('|'));
+    if (!parsed) {
+        // Fewer bits than 4 only pay with an accuracy-recovery adapter, which loom does not
+        // apply: the nearest qtype loom has is uint4; any other word gets the 8-bit default.
+        const bool low_bits = qtype == "uint3" || qtype == "uint2" || qtype == "qint2" ||
+                              qtype == "uint1" || qtype == "qint3";
+        choice.qtype = low_bits ? QType::kUInt4 : QType::kFloat8;
+        choice.note = "qtype '" + word + "' is not supported yet; loom quantizes with " +
+                      to_string(choice.qtype) + " instead";
+        return choice;
+    }
+    choice.qtype = *parsed;
+    if (word.find('|') != std::string::npos) {
+        choice.note = "qtype '" + word +
+                      "': the accuracy-recovery adapter after '|' is not "
+                      "supported yet; loom quantizes with " +
+                      to_string(choice.qtype) + " without it";
+    }
+    return choice;
+}
+
+const char* to_string(QType qtype) {
+    switch (qtype) {
+        case QType::kFloat8: return "qfloat8";
+        case QType::kInt8: return "qint8";
+        case QType::kUInt4: return "uint4";
+    }
+    return "?";
+}
+
 }  // namespace loom::config

@@ -234,6 +234,16 @@ class Resolver {
         }
         m.dtype = p.train.dtype;
         if (!m.quantize_te) m.quantize_te = m.quantize;
+        // A qtype loom does not have (or an accuracy-recovery adapter) is said where it is written.
+        for (const auto& [key, word] :
+             {std::pair<const char*, const std::string&>{"qtype", m.qtype},
+              {"qtype_te", m.qtype_te}}) {
+            const QTypeChoice choice = choose_qtype(word);
+            if (!choice.note.empty()) {
+                warn(DiagnosticKind::kNotSupportedYet, path + "." + key,
+                     path + "." + key + ": " + choice.note);
+            }
+        }
     }
 
     ReadResult& r_;

@@ -108,9 +108,8 @@ Plan plan_from_job(const config::ProcessConfig& process) {
                        : process.datasets.front().batch_size.value_or(process.train.batch_size);
     p.gradient_accumulation = std::max(1, process.train.gradient_accumulation);
     for (const auto& d : process.datasets) p.frames = std::max(p.frames, d.num_frames);
-    // low_vram: true starts at the first sub-mode (encoders on the host); quantize: true maps
-    // to bf16 base weights (level 2) until loom quantizes for real. oom.low_vram_level may ask
-    // for more.
+    // low_vram: true starts at the first sub-mode (encoders on the host); quantize: true at the
+    // second (the base quantized in model.qtype). oom.low_vram_level may ask for more.
     p.low_vram = std::max(process.model.quantize ? 2 : process.model.low_vram ? 1 : 0, p.low_vram);
     const config::SampleConfig& s = process.sample;
     p.sample.enabled =

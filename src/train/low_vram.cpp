@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <unordered_set>
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/device/host_memory.h"
 #include "loom/model/adaptable_layers.h"
+#include "loom/model/tensor_file.h"
 
 namespace loom {
 
@@ -21,16 +23,52 @@ const Logger& log() {
 
 // Every parameter and buffer of `module` to the device (device-resident on sim) or the host,
 // except the weights that stream from the host (a tensor keeps its TensorImpl through set_data).
-void move(torch::nn::Module& module, const Device& device, bool to_device,
-          const std::unordered_set<const c10::TensorImpl*>& streamed = {}) {
+template <class Stays>
+void move(torch::nn::Module& module, const Device& device, bool to_device, const Stays& stays) {
     torch::NoGradGuard no_grad;
     for (auto& p : module.parameters()) {
-        if (streamed.count(p.unsafeGetTensorImpl()) != 0) continue;
+        if (stays(p)) continue;
         p.set_data(to_device ? device.to_device(p.data()) : device.to_host(p.data()));
     }
     for (auto& b : module.buffers()) {
+        if (stays(b)) continue;
         b.set_data(to_device ? device.to_device(b.data()) : device.to_host(b.data()));
     }
+}
+
+// The layer's weight and bias, and a way to set its weight source (Linear and Conv2d only).
+struct LayerParts {
+    at::Tensor* weight = nullptr;
+    at::Tensor* bias = nullptr;
+    std::function<void(std::shared_ptr<WeightSource>)> set_source;
+};
+
+LayerParts parts_of(torch::nn::Module& m) {
+    if (auto* linear = dynamic_cast<LinearImpl*>(&m)) {
+        return {&linear->weight, &linear->bias,
+                [linear](std::shared_ptr<WeightSource> s) { linear->set_weight_source(s); }};
+    }
+    if (auto* conv = dynamic_cast<Conv2dImpl*>(&m)) {
+        return {&conv->weight, &conv->bias,
+                [conv](std::shared_ptr<WeightSource> s) { conv->set_weight_source(s); }};
+    }
+    return {};
+}
+
+// Names of the buffers a quantized layer holds its weight in.
+constexpr const char* kCodes = "weight_codes";
+constexpr const char* kScale = "weight_scale";
+constexpr const char* kMinimum = "weight_minimum";
+
+// `value` as the layer's buffer `name` (registered the first time, its data replaced after);
+// returns the buffer.
+at::Tensor put_buffer(torch::nn::Module& layer, const char* name, const at::Tensor& value) {
+    auto existing = layer.named_buffers(false);
+    if (at::Tensor* b = existing.find(name)) {
+        b->set_data(value);
+        return *b;
+    }
+    return layer.register_buffer(name, value);
 }
 
 // Device copies of a host-resident layer's weights, made for one computation when it runs.
@@ -47,23 +85,100 @@ class DeviceFetch final : public WeightSource {
 
 }  // namespace
 
+// A quantized layer's weight, dequantized for each computation into the compute dtype (the copy
+// dies with the computation, as a streamed weight's); while the layer streams (level 3) its
+// codes, scales and bias live on the host and are copied to the device first. The tensors are
+// the layer's buffers: moving the layer moves them.
+class QuantizedFetch final : public WeightSource {
+  public:
+    QuantizedFetch(const Device& device, QuantizedWeight weight, at::ScalarType dtype,
+                   bool channels_last)
+        : device_(device),
+          weight_(std::move(weight)),
+          dtype_(dtype),
+          channels_last_(channels_last) {}
+    FetchedWeights fetch(const at::Tensor& /*placeholder*/, const at::Tensor& bias) override {
+        if (!streamer_) return {dequantized(weight_), bias};
+        // The codes (the bulk) and the bias come as a streamed layer's weight and bias would:
+        // through the level's source, which may have copied them ahead (perf.stream_prefetch).
+        const FetchedWeights moved = streamer_->fetch(weight_.data, bias);
+        QuantizedWeight on_device = weight_;
+        on_device.data = moved.weight;
+        for (at::Tensor* t : {&on_device.scale, &on_device.minimum}) {
+            if (t->defined()) *t = device_.to_device(*t);
+        }
+        return {dequantized(on_device), moved.bias};
+    }
+    // While `streamer` is set (level 3) the codes live on the host and come through it.
+    void stream_through(std::shared_ptr<WeightSource> streamer) { streamer_ = std::move(streamer); }
+    QuantizedWeight& weight() { return weight_; }
+    int64_t bytes() const { return weight_.bytes(); }
+
+  private:
+    // In the layout the weight had (perf.channels_last convolutions stay channels-last).
+    at::Tensor dequantized(const QuantizedWeight& q) const {
+        at::Tensor w = dequantize_weight(q, dtype_);
+        return channels_last_ ? w.contiguous(at::MemoryFormat::ChannelsLast) : w;
+    }
+
+    const Device& device_;
+    QuantizedWeight weight_;
+    at::ScalarType dtype_;
+    bool channels_last_;
+    std::shared_ptr<WeightSource> streamer_;
+};
+
+QuantizedFetch* LowVramMode::quantized_source(const torch::nn::Module* layer) const {
+    for (const QuantizedLayer& l : quantized_) {
+        if (l.module == layer) return l.source.get();
+    }
+    return nullptr;
+}
+
+bool LowVramMode::stays(const at::Tensor& t) const {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    return streamed_.count(impl) != 0 || placeholders_.count(impl) != 0;
+}
+
 void LowVramMode::encoders_to(bool device) {
-    for (torch::nn::Module* m : model_.encoders()) move(*m, device_, device);
+    for (torch::nn::Module* m : model_.encoders()) {
+        move(*m, device_, device, [this](const at::Tensor& t) { return stays(t); });
+    }
 }
 
 // Converts on the host, one tensor at a time: a device-resident weight goes to the host, is
-// converted there, lets go of its float32 device copy and comes back in bf16 — the device never
-// holds both copies, so raising the level when memory has just run out cannot itself run out.
-void LowVramMode::base_to_bf16(bool denoiser_on_device) {
+// converted there, lets go of its float32 device copy and comes back quantized or in bf16 — the
+// device never holds both copies, so raising the level when memory has just run out cannot
+// itself run out.
+void LowVramMode::reduce_base(bool denoiser_on_device) {
     torch::NoGradGuard no_grad;
     std::size_t converted = 0;
+    const std::size_t quantized_before = quantized_.size();
+    const std::map<std::string, at::Tensor> cached = read_quantized_cache();
+    std::vector<std::pair<std::string, at::Tensor>> computed;
     std::vector<torch::nn::Module*> modules = model_.encoders();
     modules.insert(modules.begin(), &model_.denoiser());
-    for (torch::nn::Module* m : modules) {
-        const bool on_device = denoiser_on_device && m == &model_.denoiser();
+    for (std::size_t index = 0; index < modules.size(); ++index) {
+        torch::nn::Module* m = modules[index];
+        const bool denoiser = m == &model_.denoiser();
+        const std::string prefix = denoiser ? "denoiser." : format("encoder{}.", index - 1);
+        const bool on_device = denoiser_on_device && denoiser;
+        const std::optional<QType> qtype =
+            denoiser ? std::optional<QType>(options_.base_qtype) : options_.encoder_qtype;
+        if (qtype) {
+            for (const auto& item : m->named_modules("", /*include_self=*/false)) {
+                const LayerParts parts = parts_of(*item.value());
+                // Frozen weights only: the LoRA's own parameters train in float32.
+                if (parts.weight == nullptr || parts.weight->requires_grad() ||
+                    !parts.weight->is_floating_point() || stays(*parts.weight)) {
+                    continue;
+                }
+                quantize_layer(*item.value(), *parts.weight, *qtype, on_device, prefix + item.key(),
+                               cached, computed);
+            }
+        }
         for (auto& p : m->parameters()) {
-            // Frozen base weights only: the LoRA's own parameters train in float32.
-            if (p.requires_grad() || p.scalar_type() != at::kFloat) continue;
+            if (p.requires_grad() || p.scalar_type() != at::kFloat || stays(p)) continue;
             at::Tensor half;
             {
                 HostAllocations host;
@@ -76,8 +191,95 @@ void LowVramMode::base_to_bf16(bool denoiser_on_device) {
             ++converted;
         }
     }
-    log().info("frozen base weights held in bf16 ({} tensors); LoRA and optimizer stay float32",
-               converted);
+    write_quantized_cache(computed);
+    int64_t bytes = 0;
+    for (std::size_t i = quantized_before; i < quantized_.size(); ++i) {
+        bytes += quantized_[i].source->bytes();
+    }
+    log().info(
+        "frozen base: {} Linear/Conv2d weights quantized ({} for {}{}, {:.1f} MiB), {} tensors "
+        "in bf16; LoRA and optimizer stay float32",
+        quantized_.size() - quantized_before, to_string(options_.base_qtype), model_.arch(),
+        options_.encoder_qtype
+            ? format(", {} for the text encoders", to_string(*options_.encoder_qtype))
+            : std::string(),
+        static_cast<double>(bytes) / (1 << 20), converted);
+}
+
+// The codes a previous run kept for this model and these qtypes, by layer key; empty without a
+// cache file, or (with a warning) when it cannot be read.
+std::map<std::string, at::Tensor> LowVramMode::read_quantized_cache() const {
+    std::map<std::string, at::Tensor> cached;
+    std::error_code ec;
+    if (options_.quantized_cache.empty() ||
+        !std::filesystem::exists(options_.quantized_cache, ec)) {
+        return cached;
+    }
+    try {
+        HostAllocations host;
+        for (auto& [name, t] : read_all_tensors(options_.quantized_cache)) cached[name] = t;
+        log().info("quantized weights read from {}", options_.quantized_cache.string());
+    } catch (const Error& e) {
+        log().warn("{}; quantizing again", e.what());
+        cached.clear();
+    }
+    return cached;
+}
+
+void LowVramMode::write_quantized_cache(
+    const std::vector<std::pair<std::string, at::Tensor>>& computed) const {
+    if (options_.quantized_cache.empty() || computed.empty()) return;
+    try {
+        std::filesystem::create_directories(options_.quantized_cache.parent_path());
+        write_tensors(options_.quantized_cache, computed);
+        log().info("quantized weights kept in {}", options_.quantized_cache.string());
+    } catch (const Error& e) {
+        // Only the next restart's time is at stake: training goes on.
+        log().warn("quantized weights not kept: {}", e.what());
+    }
+}
+
+void LowVramMode::quantize_layer(torch::nn::Module& layer, at::Tensor& weight, QType qtype,
+                                 bool on_device, const std::string& key,
+                                 const std::map<std::string, at::Tensor>& cached,
+                                 std::vector<std::pair<std::string, at::Tensor>>& computed) {
+    QuantizedWeight q;
+    at::ScalarType dtype;
+    const bool channels_last = weight.dim() == 4 && weight.size(2) * weight.size(3) > 1 &&
+                               weight.is_contiguous(at::MemoryFormat::ChannelsLast);
+    {
+        HostAllocations host;
+        at::Tensor full = on_device ? device_.to_host(weight.data()) : weight.data();
+        const auto codes = cached.find(key + ".codes");
+        if (codes != cached.end() && cached.count(key + ".scale") != 0) {
+            q.qtype = qtype;
+            q.shape = full.sizes().vec();
+            q.data = codes->second;
+            q.scale = cached.at(key + ".scale");
+            if (cached.count(key + ".minimum") != 0) q.minimum = cached.at(key + ".minimum");
+        } else {
+            q = quantize_weight(full, qtype);
+            computed.emplace_back(key + ".codes", q.data);
+            computed.emplace_back(key + ".scale", q.scale);
+            if (q.minimum.defined()) computed.emplace_back(key + ".minimum", q.minimum);
+        }
+        // float32 layers compute in bf16 at this level, as the rest of the base; others as held.
+        dtype = full.scalar_type() == at::kFloat ? at::kBFloat16 : full.scalar_type();
+        if (keep_originals_) originals_.push_back({weight, full, on_device});
+    }
+    // A one-element placeholder of the weight's shape: shapes still read right, nothing is held.
+    weight.set_data(at::zeros({1}, at::TensorOptions().dtype(dtype)).expand(q.shape));
+    placeholders_.insert(weight.unsafeGetTensorImpl());
+    auto place = [&](const char* name, at::Tensor& t) {
+        if (t.defined()) t = put_buffer(layer, name, on_device ? device_.to_device(t) : t);
+    };
+    place(kCodes, q.data);
+    place(kScale, q.scale);
+    place(kMinimum, q.minimum);
+    auto source = std::make_shared<QuantizedFetch>(device_, std::move(q), dtype, channels_last);
+    const LayerParts parts = parts_of(layer);
+    parts.set_source(source);
+    quantized_.push_back({&layer, parts.bias, source});
 }
 
 void LowVramMode::stream_blocks() {
@@ -106,10 +308,19 @@ void LowVramMode::stream_blocks() {
     }
     for (const Streamed& l : layers) {
         streamed_layers_.push_back(l.module);
-        if (auto* linear = dynamic_cast<LinearImpl*>(l.module)) linear->set_weight_source(source);
-        if (auto* conv = dynamic_cast<Conv2dImpl*>(l.module)) conv->set_weight_source(source);
-        l.weight->set_data(device_.to_host(l.weight->data()));
-        streamed_.insert(l.weight->unsafeGetTensorImpl());
+        if (QuantizedFetch* q = quantized_source(l.module)) {
+            // Its codes and scales stream instead of a weight; the placeholder stays put.
+            for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {
+                if (!t->defined()) continue;
+                t->set_data(device_.to_host(t->data()));
+                streamed_.insert(t->unsafeGetTensorImpl());
+            }
+            q->stream_through(source);
+        } else {
+            parts_of(*l.module).set_source(source);
+            l.weight->set_data(device_.to_host(l.weight->data()));
+            streamed_.insert(l.weight->unsafeGetTensorImpl());
+        }
         if (l.bias->defined()) {
             l.bias->set_data(device_.to_host(l.bias->data()));
             streamed_.insert(l.bias->unsafeGetTensorImpl());
@@ -138,13 +349,22 @@ void LowVramMode::unstream_blocks() {
             bias = &conv->bias;
         }
         if (weight == nullptr) continue;
-        copies.emplace_back(weight, device_.to_device(weight->data()));
+        if (QuantizedFetch* q = quantized_source(m)) {
+            for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {
+                if (t->defined()) copies.emplace_back(t, device_.to_device(t->data()));
+            }
+        } else {
+            copies.emplace_back(weight, device_.to_device(weight->data()));
+        }
         if (bias->defined()) copies.emplace_back(bias, device_.to_device(bias->data()));
     }
     for (auto& [tensor, copy] : copies) tensor->set_data(copy);
     for (torch::nn::Module* m : streamed_layers_) {
-        if (auto* linear = dynamic_cast<LinearImpl*>(m)) linear->set_weight_source(nullptr);
-        if (auto* conv = dynamic_cast<Conv2dImpl*>(m)) conv->set_weight_source(nullptr);
+        if (QuantizedFetch* q = quantized_source(m)) {
+            q->stream_through(nullptr);
+        } else {
+            parts_of(*m).set_source(nullptr);
+        }
     }
     log().info("{} {} block layers hold their weights on the device again", streamed_layers_.size(),
                model_.arch());
@@ -169,11 +389,11 @@ void LowVramMode::place_model(int level) {
         model_.set_channels_last(true);
         log().info("{} convolutions in channels-last memory format", model_.arch());
     }
-    if (level >= 2) base_to_bf16(false);  // still host-resident: the device never sees float32
+    if (level >= 2) reduce_base(false);  // still host-resident: the device never sees float32
     // Streamed block weights never visit the device: loading must fit where training does, or
     // the load phase's ladder (which raises low_vram) could not help.
     if (level >= 3) stream_blocks();
-    move(model_.denoiser(), device_, true, streamed_);
+    move(model_.denoiser(), device_, true, [this](const at::Tensor& t) { return stays(t); });
     if (level < 1) encoders_to(true);
     level_ = level;
 }
@@ -185,6 +405,16 @@ void LowVramMode::keep_originals(bool keep) {
 
 void LowVramMode::restore_originals() {
     torch::NoGradGuard no_grad;
+    // The quantized layers compute with their weights again; their codes go.
+    for (QuantizedLayer& l : quantized_) {
+        parts_of(*l.module).set_source(nullptr);
+        QuantizedWeight& q = l.source->weight();
+        for (at::Tensor* t : {&q.data, &q.scale, &q.minimum}) {
+            if (t->defined()) t->set_data(at::empty({0}, t->options().device(t->device())));
+        }
+    }
+    quantized_.clear();
+    placeholders_.clear();
     for (Original& o : originals_) {
         // One tensor at a time: the float32 copy arrives, then the bf16 one is released.
         o.param.set_data(o.on_device ? device_.to_device(o.full) : o.full);
@@ -207,7 +437,7 @@ void LowVramMode::set_level(int level) {
         return;
     }
     if (level_ < 1 && level >= 1 && encoder_scopes_ == 0) encoders_to(false);
-    if (level_ < 2 && level >= 2) base_to_bf16(true);  // the denoiser is on the device by now
+    if (level_ < 2 && level >= 2) reduce_base(true);  // the denoiser is on the device by now
     if (level_ < 3 && level >= 3) stream_blocks();
     level_ = level;
 }

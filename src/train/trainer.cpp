@@ -19,6 +19,8 @@
 #include "loom/io/atomic_file.h"
 #include "loom/lora/kohya_metadata.h"
 #include "loom/model/family.h"
+#include "loom/model/model_fingerprint.h"
+#include "loom/model/model_location.h"
 #include "loom/model/stable_diffusion.h"
 #include "loom/train/base_model.h"
 #include "loom/train/checkpoint_state.h"
@@ -71,6 +73,7 @@ class Trainer final : public guard::GuardedTarget {
   private:
     void start_guard();
     guard::PolicyContext policy_context() const;
+    PlacementOptions placement_options() const;
     void load();
     void prepare_data();
     void maybe_resume();
@@ -213,6 +216,26 @@ guard::BucketFacts Trainer::bucket_facts() const {
     return data_ ? data_->bucket_facts() : guard::BucketFacts{};
 }
 
+// The perf switches and level 2's qtypes (model.qtype, and qtype_te with quantize_te; the
+// loader warned about a qtype loom replaces).
+PlacementOptions Trainer::placement_options() const {
+    PlacementOptions o;
+    o.stream_prefetch = process_.perf.stream_prefetch;
+    o.channels_last = process_.perf.channels_last;
+    o.base_qtype = config::choose_qtype(process_.model.qtype).qtype;
+    std::string name = to_string(o.base_qtype);
+    if (process_.model.quantize_te.value_or(false)) {
+        o.encoder_qtype = config::choose_qtype(process_.model.qtype_te).qtype;
+        name += std::string("-te-") + to_string(*o.encoder_qtype);
+    }
+    // Beside the latent cache, named for what the codes depend on: the weights and the qtypes.
+    const std::string fingerprint =
+        model_fingerprint(locate_model(process_.model.name_or_path)).substr(0, 16);
+    o.quantized_cache =
+        run_.root() / "cache" / "quantized" / (fingerprint + "-" + name + ".safetensors");
+    return o;
+}
+
 // The load phase: the model read into host memory and placed as low_vram says, then the LoRA.
 void Trainer::load() {
     lora_.reset();
@@ -222,9 +245,7 @@ void Trainer::load() {
     objective_ = DiffusionObjective::for_family(ObjectiveOptions::from(process_), *model_);
     // low_vram_ exists only once the model is placed: after an OOM during placement the
     // ladder's new level must not be applied to a half-placed model — the retry reloads.
-    auto placement = std::make_unique<LowVramMode>(
-        *model_, *device_,
-        PlacementOptions{process_.perf.stream_prefetch, process_.perf.channels_last});
+    auto placement = std::make_unique<LowVramMode>(*model_, *device_, placement_options());
     placement->place_model(plan().low_vram);
     low_vram_ = std::move(placement);
     model_->set_gradient_checkpointing(plan().gradient_checkpointing);

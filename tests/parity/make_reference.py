@@ -14,6 +14,8 @@ Writes, with fixed seeds:
   OUT/optimizers/ 8-bit AdamW and Prodigy steps (optimizer_reference.py)
   OUT/single_file/ SD 1.x and SDXL single-file checkpoints, their folders and a hub cache
                    (single_file_reference.py)
+  OUT/quantization/ reference weight quantization, checked against optimum-quanto
+                   (quantization_reference.py)
 Everything is float32 on the CPU.
 """
 import json
@@ -30,6 +32,7 @@ from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerDiscret
                        StableDiffusionPipeline, StableDiffusionXLPipeline, UNet2DConditionModel)
 import flux_reference
 import optimizer_reference
+import quantization_reference
 import single_file_reference
 import t5_reference
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
@@ -265,6 +268,7 @@ def main(out):
     flux_reference.build(out, cases, sd1.text_encoder, sd1.tokenizer, t5, t5_tokenizer)
     optimizer_reference.build(out)
     single_file_reference.build(out, vocab_folder, vocab_size)
+    quantization_reference.build(out)
     print(f"parity references written to {out}")
 
 

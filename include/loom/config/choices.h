@@ -7,6 +7,7 @@
 //
 // Plain C++, no torch.
 
+#include <optional>
 #include <string>
 
 namespace loom::config {
@@ -67,6 +68,22 @@ PreviewSampler preview_sampler_of(const std::string& sampler,
                                   const std::string& key = "sample.sampler");
 LoRAKeyLayout lora_key_layout_of(const std::string& format, const std::string& key = "save.format");
 ReuseStable reuse_stable_of(const std::string& reuse, const std::string& key = "oom.reuse_stable");
+
+// Weight quantization of the frozen base (model.qtype / qtype_te; model/quantized_weight.h says
+// what each holds): qfloat8 / float8 / qfloat8_e4m3fn, qint8 / int8, qint4 / uint4 / int4. A
+// word with an accuracy-recovery adapter ("uint3|repo/adapter.safetensors") reads as its qtype
+// before the '|'.
+enum class QType { kFloat8, kInt8, kUInt4 };
+std::optional<QType> parse_qtype(const std::string& word);
+// The qtype loom uses for `word`, and a sentence for the job's diagnostics when it is not the one
+// named (fewer than 4 bits: uint4; anything else: qfloat8; an adapter is not applied); the
+// sentence is empty otherwise.
+struct QTypeChoice {
+    QType qtype = QType::kFloat8;
+    std::string note;
+};
+QTypeChoice choose_qtype(const std::string& word);
+const char* to_string(QType qtype);  // "qfloat8", "qint8", "uint4"
 
 // Canonical words, for logs and kohya metadata ("constant_with_warmup", "euler", ...).
 const char* to_string(LrScheduler scheduler);

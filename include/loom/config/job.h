@@ -458,9 +458,8 @@ struct ModelConfig {
         v("is_vega", &ModelConfig::is_vega);
         v("is_v_pred", &ModelConfig::is_v_pred);
         v("dtype", &ModelConfig::dtype);
-        v("quantize", &ModelConfig::quantize,
-          NotYetUnlessDefault{"loom holds the frozen base weights in bf16 instead "
-                              "(low_vram level 2) until it quantizes for real"});
+        // Starts the run at low_vram level 2: the base's Linear/Conv2d weights in `qtype`.
+        v("quantize", &ModelConfig::quantize);
         v("qtype", &ModelConfig::qtype);
         v("quantize_te", &ModelConfig::quantize_te);
         v("qtype_te", &ModelConfig::qtype_te);

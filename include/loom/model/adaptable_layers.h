@@ -57,6 +57,7 @@ class LinearImpl : public torch::nn::Module {
     void set_adapter(std::shared_ptr<LayerAdapter> adapter) { adapter_ = std::move(adapter); }
     const std::shared_ptr<LayerAdapter>& adapter() const { return adapter_; }
     void set_weight_source(std::shared_ptr<WeightSource> s) { source_ = std::move(s); }
+    const std::shared_ptr<WeightSource>& weight_source() const { return source_; }
     int64_t in_features() const { return weight.size(1); }
     int64_t out_features() const { return weight.size(0); }
 
@@ -78,6 +79,7 @@ class Conv2dImpl : public torch::nn::Module {
     void set_adapter(std::shared_ptr<LayerAdapter> adapter) { adapter_ = std::move(adapter); }
     const std::shared_ptr<LayerAdapter>& adapter() const { return adapter_; }
     void set_weight_source(std::shared_ptr<WeightSource> s) { source_ = std::move(s); }
+    const std::shared_ptr<WeightSource>& weight_source() const { return source_; }
     int64_t kernel_size() const { return weight.size(2); }
     int64_t stride() const { return stride_; }
     int64_t padding() const { return padding_; }

@@ -6,9 +6,13 @@
 //   1. encoders on the host: the text encoder(s) and the VAE live in host memory once latents
 //      and text embeddings are cached; they come to the device only for sampling, for the cache
 //      phase and for a cache miss, and go back after.
-//   2. bf16 base: the frozen base weights are held in bf16 (when they are float32); the LoRA
-//      weights and the optimizer state stay float32. ai-toolkit's `model.quantize: true` maps
-//      here until loom quantizes for real.
+//   2. quantized base: the frozen weights of the denoiser's Linear and Conv2d layers are held in
+//      8 or 4 bits (model/quantized_weight.h: the job's model.qtype, qfloat8 by default; the text
+//      encoders' too with model.quantize_te and qtype_te) and dequantized to bf16 for each
+//      computation; every other frozen float32 tensor is held in bf16. The LoRA weights and the
+//      optimizer state stay float32. ai-toolkit's `model.quantize: true` starts here. A quantized
+//      layer keeps its codes and scales as buffers (they move with it) and a one-element
+//      placeholder of its weight's shape as the parameter, which placement leaves where it is.
 //   3. block streaming: the frozen Linear/Conv2d weights of the denoiser's blocks (the UNet's
 //      down, mid and up blocks; Flux's double- and single-stream blocks: the family says which,
 //      ModelFamily::streams_weights_of) stay on the host; each layer fetches a device copy for its
@@ -29,21 +33,32 @@
 // converted on the host before anything is placed, and every later copy (bf16, streaming, fetches)
 // keeps the layout (model/memory_format.h).
 
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "loom/device/device.h"
 #include "loom/model/family.h"
+#include "loom/model/quantized_weight.h"
 #include "loom/train/prefetching_weight_source.h"
 
 namespace loom {
 
-// The perf switches placement applies (config::PerfConfig); both off by default.
+// The perf switches placement applies (config::PerfConfig), both off by default, and level 2's
+// qtypes (config::ModelConfig's qtype, and qtype_te when quantize_te).
 struct PlacementOptions {
     bool stream_prefetch = false;  // level 3 copies the next layers ahead
     bool channels_last = false;    // denoiser and VAE conv weights channels-last
+    QType base_qtype = QType::kFloat8;
+    std::optional<QType> encoder_qtype;  // nullopt: the text encoders in bf16, unquantized
+    // Where level 2 keeps the codes it computed (a safetensors file named for the model's
+    // fingerprint and the qtypes, beside the latent cache), so that a restart after an OOM or a
+    // crash reads them instead of quantizing again; empty: not kept.
+    std::filesystem::path quantized_cache;
 };
 
 class LowVramMode {
@@ -90,8 +105,20 @@ class LowVramMode {
 
   private:
     void encoders_to(bool device);
-    // The frozen float32 base weights to bf16; the denoiser is device-resident once placed.
-    void base_to_bf16(bool denoiser_on_device);
+    // Level 2: the frozen Linear/Conv2d weights quantized, the other frozen float32 tensors to
+    // bf16; the denoiser is device-resident once placed.
+    void reduce_base(bool denoiser_on_device);
+    // `cached`: the codes read from the cache file by layer key; `computed` collects the new ones.
+    void quantize_layer(torch::nn::Module& layer, at::Tensor& weight, QType qtype, bool on_device,
+                        const std::string& key, const std::map<std::string, at::Tensor>& cached,
+                        std::vector<std::pair<std::string, at::Tensor>>& computed);
+    std::map<std::string, at::Tensor> read_quantized_cache() const;
+    void write_quantized_cache(
+        const std::vector<std::pair<std::string, at::Tensor>>& computed) const;
+    // Whether placement leaves `t` where it is: a streamed weight, a quantized layer's placeholder.
+    bool stays(const at::Tensor& t) const;
+    // The source of a quantized layer, or nullptr.
+    class QuantizedFetch* quantized_source(const torch::nn::Module* layer) const;
     void stream_blocks();
     // Level 3 back to 2: the streamed weights to the device, the layers computing with them again.
     void unstream_blocks();
@@ -108,6 +135,14 @@ class LowVramMode {
     // that fetch them.
     std::unordered_set<const c10::TensorImpl*> streamed_;
     std::vector<torch::nn::Module*> streamed_layers_;
+    // The quantized layers (level 2), with the source that dequantizes their weights.
+    struct QuantizedLayer {
+        torch::nn::Module* module;
+        at::Tensor* bias;
+        std::shared_ptr<class QuantizedFetch> source;
+    };
+    std::vector<QuantizedLayer> quantized_;
+    std::unordered_set<const c10::TensorImpl*> placeholders_;
     struct Original {
         at::Tensor param;  // shares the parameter's TensorImpl
         at::Tensor full;   // its float32 value, on the host
