@@ -277,27 +277,17 @@ void LowVramMode::quantize_layer(torch::nn::Module& layer, at::Tensor& weight, Q
     place(kScale, q.scale);
     place(kMinimum, q.minimum);
     auto source = std::make_shared<QuantizedFetch>(device_, std::move(q), dtype, channels_last);
-    const LayerParts parts = parts_of(layer);
-    parts.set_source(source);
-    quantized_.push_back({&layer, parts.bias, source});
+    parts_of(layer).set_source(source);
+    quantized_.push_back({&layer, source});
 }
 
 void LowVramMode::stream_blocks() {
     torch::NoGradGuard no_grad;
-    struct Streamed {
-        torch::nn::Module* module;
-        at::Tensor* weight;
-        at::Tensor* bias;
-    };
-    std::vector<Streamed> layers;
+    std::vector<std::pair<torch::nn::Module*, LayerParts>> layers;
     for (const auto& item : model_.denoiser().named_modules("", /*include_self=*/false)) {
         if (!model_.streams_weights_of(item.key())) continue;
-        torch::nn::Module& m = *item.value();
-        if (auto* linear = dynamic_cast<LinearImpl*>(&m)) {
-            layers.push_back({&m, &linear->weight, &linear->bias});
-        } else if (auto* conv = dynamic_cast<Conv2dImpl*>(&m)) {
-            layers.push_back({&m, &conv->weight, &conv->bias});
-        }
+        LayerParts parts = parts_of(*item.value());
+        if (parts.weight != nullptr) layers.emplace_back(item.value().get(), std::move(parts));
     }
     std::shared_ptr<WeightSource> source;
     if (options_.stream_prefetch) {
@@ -306,9 +296,9 @@ void LowVramMode::stream_blocks() {
     } else {
         source = std::make_shared<DeviceFetch>(device_);
     }
-    for (const Streamed& l : layers) {
-        streamed_layers_.push_back(l.module);
-        if (QuantizedFetch* q = quantized_source(l.module)) {
+    for (auto& [module, l] : layers) {
+        streamed_layers_.push_back(module);
+        if (QuantizedFetch* q = quantized_source(module)) {
             // Its codes and scales stream instead of a weight; the placeholder stays put.
             for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {
                 if (!t->defined()) continue;
@@ -317,7 +307,7 @@ void LowVramMode::stream_blocks() {
             }
             q->stream_through(source);
         } else {
-            parts_of(*l.module).set_source(source);
+            l.set_source(source);
             l.weight->set_data(device_.to_host(l.weight->data()));
             streamed_.insert(l.weight->unsafeGetTensorImpl());
         }
@@ -339,15 +329,9 @@ void LowVramMode::unstream_blocks() {
     if (prefetch_) prefetch_->drop();
     std::vector<std::pair<at::Tensor*, at::Tensor>> copies;
     for (torch::nn::Module* m : streamed_layers_) {
-        at::Tensor* weight = nullptr;
-        at::Tensor* bias = nullptr;
-        if (auto* linear = dynamic_cast<LinearImpl*>(m)) {
-            weight = &linear->weight;
-            bias = &linear->bias;
-        } else if (auto* conv = dynamic_cast<Conv2dImpl*>(m)) {
-            weight = &conv->weight;
-            bias = &conv->bias;
-        }
+        const LayerParts parts = parts_of(*m);
+        at::Tensor* weight = parts.weight;
+        at::Tensor* bias = parts.bias;
         if (weight == nullptr) continue;
         if (QuantizedFetch* q = quantized_source(m)) {
             for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {

@@ -228,9 +228,11 @@ PlacementOptions Trainer::placement_options() const {
         o.encoder_qtype = config::choose_qtype(process_.model.qtype_te).qtype;
         name += std::string("-te-") + to_string(*o.encoder_qtype);
     }
-    // Beside the latent cache, named for what the codes depend on: the weights and the qtypes.
+    // Beside the latent cache, named for what the codes depend on: the weights, the dtype they
+    // were loaded in (train.dtype) and the qtypes.
     const std::string fingerprint =
-        model_fingerprint(locate_model(process_.model.name_or_path)).substr(0, 16);
+        model_fingerprint(locate_model(process_.model.name_or_path)).substr(0, 16) + "-" +
+        process_.model.dtype;
     o.quantized_cache =
         run_.root() / "cache" / "quantized" / (fingerprint + "-" + name + ".safetensors");
     return o;

@@ -121,6 +121,22 @@ TEST(AiToolkitExamples, EveryKeyIsImplementedOrWarnedNotSupportedYet) {
     EXPECT_EQ(loaded_files, 20);
 }
 
+TEST(AiToolkitExamples, QTypesLoomReplacesAreWarnedWhereWritten) {
+    // Qwen-Image's example quantizes in uint3 with an accuracy-recovery adapter: loom says it
+    // uses uint4 instead; its qtype_te (qfloat8) is loom's own and is not warned.
+    const LoadedJob qwen = load_job_file(kAiToolkitExamples / "train_lora_qwen_image_24gb.yaml");
+    bool said = false;
+    for (const Diagnostic& d : qwen.warnings) {
+        EXPECT_NE(d.key_path, "config.process.0.model.qtype_te");
+        if (d.key_path != "config.process.0.model.qtype") continue;
+        said = true;
+        EXPECT_EQ(d.kind, DiagnosticKind::kNotSupportedYet);
+        EXPECT_NE(d.message.find("loom quantizes with uint4 instead"), std::string::npos)
+            << d.message;
+    }
+    EXPECT_TRUE(said);
+}
+
 TEST(AiToolkitExamples, JobsWithoutANetworkAreKnown) {
     // ai-toolkit fine-tunes the whole model without a network section; `loom train` says it
     // trains a LoRA instead (tests/cli/test_cli.sh), from this flag.

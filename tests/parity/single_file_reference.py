@@ -232,10 +232,9 @@ def write_single_file(pipe, path):
 
 def check_with_diffusers(cls, path, folder, pipe):
     """diffusers' from_single_file must read the file back into the folder's tensors."""
-    loaded = cls.from_single_file(path, config=folder, local_files_only=True,
-                                  safety_checker=None, requires_safety_checker=False) \
-        if cls is StableDiffusionPipeline else \
-        cls.from_single_file(path, config=folder, local_files_only=True)
+    extra = {"safety_checker": None, "requires_safety_checker": False} \
+        if cls is StableDiffusionPipeline else {}
+    loaded = cls.from_single_file(path, config=folder, local_files_only=True, **extra)
     components = ["unet", "vae", "text_encoder"] + \
         (["text_encoder_2"] if cls is StableDiffusionXLPipeline else [])
     for name in components:

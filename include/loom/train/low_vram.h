@@ -138,7 +138,6 @@ class LowVramMode {
     // The quantized layers (level 2), with the source that dequantizes their weights.
     struct QuantizedLayer {
         torch::nn::Module* module;
-        at::Tensor* bias;
         std::shared_ptr<class QuantizedFetch> source;
     };
     std::vector<QuantizedLayer> quantized_;
