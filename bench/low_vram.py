@@ -1,13 +1,13 @@
 """low_vram sub-modes on the simulated device (issue 7): peak device memory and step time of each
-level against the plain plan, same model, same data, same batch, and the difference bf16 base
-weights make to what is trained.
+level against the plain plan, same model, same data, same batch, and the difference level 2's
+quantized base weights (qfloat8 since issue 21; bf16 before) make to what is trained.
 
 Each level runs the same job from a run folder whose plan.yaml sets `model.low_vram` to that
 level (gradient checkpointing on, batch 1, as the ladder has them when it reaches low_vram).
 Peak: the largest per-step `peak_allocated` in metrics.jsonl (a step's own peak, weights
-included). Step time: the median `step_seconds` after the first two steps. The bf16 difference:
+included). Step time: the median `step_seconds` after the first two steps. The quantization difference:
 the largest relative difference of the per-step loss, and the largest absolute difference of the
-final LoRA weights, between level 1 (float32 base) and level 2 (bf16 base).
+final LoRA weights, between level 1 (float32 base) and level 2 (qfloat8 base).
 
     bench/low_vram.py LOOM MAKE_TINY_FIXTURE WORKDIR [STEPS] [SIZE]
 """
@@ -73,7 +73,7 @@ def main():
     subprocess.run([fixture, os.path.join(work, "fixture")], check=True, capture_output=True)
     add_images(os.path.join(work, "data"), 4, size)
     names = {0: "plain (checkpointing, batch 1)", 1: "1 encoders on the host",
-             2: "2 + bf16 base weights", 3: "3 + block streaming"}
+             2: "2 + qfloat8 base weights", 3: "3 + block streaming"}
     results = {level: run_level(loom, work, level, steps, size) for level in range(4)}
     base_peak, base_step = results[0][0], results[0][1]
     print(f"tiny SD model, {size}x{size} images, batch 1, gradient checkpointing, {steps} steps")
@@ -88,7 +88,7 @@ def main():
     lora = max(float(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)).max())
                for k in weights)
     scale = max(float(np.abs(a[k]).max()) for k in weights)
-    print(f"bf16 base weights vs float32 (levels 2 vs 1): largest relative loss difference "
+    print(f"qfloat8 base weights vs float32 (levels 2 vs 1): largest relative loss difference "
           f"{rel:.2e}; largest LoRA weight difference {lora:.2e} (largest weight {scale:.2e})")
 
 

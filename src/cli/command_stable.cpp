@@ -173,12 +173,12 @@ int run_list(const std::vector<std::string>& args) {
     }
     std::vector<std::vector<std::string>> table = {{"ID", "RECORDED (UTC)", "RUN", "ARCH", "DEVICE",
                                                     "MEMORY", "DTYPE", "RANK", "RES", "FRAMES",
-                                                    "STEPS", "PEAK", "PLAN"}};
+                                                    "QTYPE", "STEPS", "PEAK", "PLAN"}};
     for (const store::StableRow& r : rows) {
         table.push_back({std::to_string(r.id), short_time(r.time), r.run_name, r.key.arch,
                          r.key.device_name, format_bytes_human(r.key.total_memory), r.key.dtype,
                          std::to_string(r.key.rank), std::to_string(r.key.max_resolution),
-                         std::to_string(r.key.frames), std::to_string(r.steps_on_plan),
+                         std::to_string(r.key.frames), r.key.qtype, std::to_string(r.steps_on_plan),
                          format_bytes_human(r.peak), plan_summary(r)});
     }
     print_table(std::cout, table);
@@ -223,7 +223,8 @@ std::string key_text(const guard::PlanKey& k) {
     std::ostringstream out;
     out << k.arch << ", model " << k.model_fingerprint << ", " << k.device_name << " ("
         << format_bytes_human(k.total_memory) << "), " << k.dtype << ", rank " << k.rank << ", "
-        << k.max_resolution << " px, " << k.frames << (k.frames == 1 ? " frame" : " frames");
+        << k.max_resolution << " px, " << k.frames << (k.frames == 1 ? " frame" : " frames")
+        << ", low_vram level 2 in " << k.qtype;
     return out.str();
 }
 

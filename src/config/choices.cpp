@@ -184,4 +184,8 @@ const char* to_string(QType qtype) {
     return "?";
 }
 
+int bits_of(QType qtype) {
+    return qtype == QType::kUInt4 ? 4 : 8;
+}
+
 }  // namespace loom::config

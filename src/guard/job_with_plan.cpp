@@ -32,6 +32,10 @@ config::Job job_with_plan(const config::Job& job, std::size_t process_index, con
     // level 2 or more).
     p.model.low_vram = plan.low_vram >= 1;
     if (plan.low_vram < 2) p.model.quantize = false;
+    // The qtypes as loom names them (a word loom replaced, "uint3", is written as what it used).
+    p.model.qtype = config::to_string(plan.qtype);
+    p.model.quantize_te = plan.qtype_te.has_value();
+    if (plan.qtype_te) p.model.qtype_te = config::to_string(*plan.qtype_te);
 
     config::SampleConfig& s = p.sample;
     const bool has_prompts = !s.prompts.empty() || !s.samples.empty();

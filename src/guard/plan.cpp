@@ -43,6 +43,21 @@ std::string knob_text(int v) {
 std::string knob_text(const std::optional<std::int64_t>& cap) {
     return cap ? std::to_string(*cap) : std::string("none");
 }
+std::string knob_text(config::QType qtype) {
+    return config::to_string(qtype);
+}
+std::string knob_text(const std::optional<config::QType>& qtype) {
+    return qtype ? config::to_string(*qtype) : std::string("none");
+}
+
+// A knob's value as plan.yaml writes it: the qtypes by their names.
+template <class T>
+const T& yaml_value(const T& value) {
+    return value;
+}
+const char* yaml_value(config::QType qtype) {
+    return config::to_string(qtype);
+}
 
 // True when the knob's value is the same in `a` and `b`, which are Plans or, for the knobs they
 // group, SamplePlans or HostPlans.
@@ -72,12 +87,12 @@ constexpr int knobs_in() {
 // stops compiling here (the bindings name every member; Plan's last two are the groups).
 [[maybe_unused]] void every_member_is_a_knob(const Plan& p) {
     [[maybe_unused]] const auto& [checkpointing, batch, accumulation, buckets, frames, low_vram,
-                                  sample, host] = p;
+                                  qtype, qtype_te, sample, host] = p;
     [[maybe_unused]] const auto& [enabled, width, height, prompts, guidance, sample_frames] =
         p.sample;
     [[maybe_unused]] const auto& [caches, threads] = p.host;
     static_assert(
-        knobs_in<Plan>() == 8 - 2 && knobs_in<SamplePlan>() == 6 && knobs_in<HostPlan>() == 2,
+        knobs_in<Plan>() == 10 - 2 && knobs_in<SamplePlan>() == 6 && knobs_in<HostPlan>() == 2,
         "every member of Plan, SamplePlan and HostPlan needs its entry in Plan::fields");
 }
 
@@ -111,6 +126,12 @@ Plan plan_from_job(const config::ProcessConfig& process) {
     // low_vram: true starts at the first sub-mode (encoders on the host); quantize: true at the
     // second (the base quantized in model.qtype). oom.low_vram_level may ask for more.
     p.low_vram = std::max(process.model.quantize ? 2 : process.model.low_vram ? 1 : 0, p.low_vram);
+    // The qtypes loom uses for the words written (config::choose_qtype; the job's load warned
+    // about a word it replaces).
+    p.qtype = config::choose_qtype(process.model.qtype).qtype;
+    if (process.model.quantize_te.value_or(false)) {
+        p.qtype_te = config::choose_qtype(process.model.qtype_te).qtype;
+    }
     const config::SampleConfig& s = process.sample;
     p.sample.enabled =
         !process.train.disable_sampling && (!s.prompts.empty() || !s.samples.empty());
@@ -130,7 +151,13 @@ std::string describe(const Plan& p) {
         << p.batch_size << " x " << p.gradient_accumulation << " accumulation, buckets "
         << cap_text(p.max_bucket_pixels);
     if (p.frames > 1) out << ", frames " << p.frames;
-    out << ", low_vram " << p.low_vram << ", sampling ";
+    out << ", low_vram " << p.low_vram;
+    // Level 2 is where the qtypes act; below it they would only be noise in the WARN lines.
+    if (p.low_vram >= 2) {
+        out << " (base " << config::to_string(p.qtype) << ", text encoders "
+            << (p.qtype_te ? config::to_string(*p.qtype_te) : "bf16") << ")";
+    }
+    out << ", sampling ";
     if (!p.sample.enabled) {
         out << "off";
     } else {
@@ -142,6 +169,12 @@ std::string describe(const Plan& p) {
     if (!p.host.memory_caches) out << ", caches on disk";
     if (p.host.threads > 0) out << ", CPU threads " << p.host.threads;
     return out.str();
+}
+
+std::string qtype_text(const Plan& p) {
+    std::string text = config::to_string(p.qtype);
+    if (p.qtype_te) text += std::string("-te-") + config::to_string(*p.qtype_te);
+    return text;
 }
 
 std::vector<KnobChange> diff(const Plan& a, const Plan& b) {
@@ -182,12 +215,12 @@ std::string plan_to_yaml(const Plan& p) {
         const auto& value = field.of(p);
         if constexpr (IsOptional<std::decay_t<decltype(value)>>::value) {
             if (value) {
-                out << *value;
+                out << yaml_value(*value);
             } else {
                 out << YAML::Null;
             }
         } else {
-            out << value;
+            out << yaml_value(value);
         }
     });
     out << YAML::EndMap;  // the last section
@@ -221,10 +254,20 @@ class PlanReader {
     T get(const YAML::Node& section, const std::string& path, const std::string& key) {
         const YAML::Node n = section[key];
         if (!n) fail(path + "." + key, "is missing");
-        try {
-            return n.as<T>();
-        } catch (const YAML::Exception&) {
-            fail(path + "." + key, "has a malformed value '" + n.Scalar() + "'");
+        if constexpr (std::is_same_v<T, config::QType>) {
+            const std::optional<config::QType> qtype =
+                n.IsScalar() ? config::parse_qtype(n.Scalar()) : std::nullopt;
+            if (!qtype) {
+                fail(path + "." + key,
+                     "has a malformed value '" + n.Scalar() + "' (a qtype: qfloat8, qint8, uint4)");
+            }
+            return *qtype;
+        } else {
+            try {
+                return n.as<T>();
+            } catch (const YAML::Exception&) {
+                fail(path + "." + key, "has a malformed value '" + n.Scalar() + "'");
+            }
         }
     }
 
@@ -237,12 +280,14 @@ class PlanReader {
             if (!section[knob.key]) fail(knob.name(), "is missing");
             if (section[knob.key].IsNull()) return std::nullopt;
             const auto v = get<typename T::value_type>(section, path, knob.key);
-            // The wording plan.yaml errors have always had for a cap.
-            if (knob.has_floor && v < knob.at_least) fail(knob.name(), "must be positive");
+            if constexpr (std::is_arithmetic_v<typename T::value_type>) {
+                // The wording plan.yaml errors have always had for a cap.
+                if (knob.has_floor && v < knob.at_least) fail(knob.name(), "must be positive");
+            }
             return v;
         } else {
             const T v = get<T>(section, path, knob.key);
-            if constexpr (!std::is_same_v<T, bool>) {
+            if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
                 if (knob.has_floor && v < knob.at_least) {
                     fail(knob.name(), knob.at_least == 0
                                           ? std::string("must not be negative")
@@ -298,7 +343,7 @@ Plan parse_plan(const std::string& text, const std::string& source) {
                                            [&](const auto& s) { return s.first == section; });
             if (!absent) node.reset(r.section(doc, section->name, keys->second));
         }
-        if (absent) return;
+        if (absent || (knob.may_be_absent && !node[knob.key])) return;
         field.of(p) = r.read<std::decay_t<decltype(field.of(p))>>(node, knob);
     });
     for (const auto& kv : doc) {

@@ -17,6 +17,10 @@ std::int64_t scale(const Knob& knob, const T& value) {
         return value ? 1 : 0;
     } else if constexpr (std::is_same_v<T, std::optional<std::int64_t>>) {
         return value.value_or(kUnlimited);
+    } else if constexpr (std::is_same_v<T, config::QType>) {
+        return config::bits_of(value);
+    } else if constexpr (std::is_same_v<T, std::optional<config::QType>>) {
+        return value ? config::bits_of(*value) : 16;  // unquantized encoders: bf16
     } else {
         static_assert(std::is_same_v<T, int>, "a knob type plan reuse cannot order");
         return knob.zero_is_unlimited && value == 0 ? kUnlimited : value;

@@ -10,7 +10,7 @@ std::string describe(const PlanKey& key) {
                     key.dtype + ", rank " + std::to_string(key.rank) + ", " +
                     std::to_string(key.max_resolution) + " px";
     if (key.frames > 1) s += ", " + std::to_string(key.frames) + " frames";
-    return s;
+    return s + ", " + key.qtype;
 }
 
 }  // namespace loom::guard

@@ -25,28 +25,33 @@ at::Tensor rows(const at::Tensor& weight) {
 QuantizedWeight quantize_uint4(const at::Tensor& w, QuantizedWeight q) {
     const int64_t out = w.size(0);
     const int64_t rest = w.size(1);
-    const int64_t groups = (rest + kUInt4GroupSize - 1) / kUInt4GroupSize;
-    at::Tensor padded = w;
-    if (groups * kUInt4GroupSize != rest) {
-        // Repeating the row's last weight leaves its group's minimum and maximum unchanged.
-        padded = at::cat(
-            {w, w.narrow(1, rest - 1, 1).expand({out, groups * kUInt4GroupSize - rest})}, 1);
-    }
-    const at::Tensor g = padded.reshape({out, groups, kUInt4GroupSize});
+    const int64_t group = uint4_group_size(rest);
+    const at::Tensor g = w.reshape({out, rest / group, group});
     const at::Tensor minimum = std::get<0>(g.min(2, true));
     const at::Tensor maximum = std::get<0>(g.max(2, true));
     // The codes are computed with the float16 scale and minimum that dequantization uses.
     q.scale = nonzero_scale((maximum - minimum) / 15.0).to(at::kHalf);
     q.minimum = minimum.to(at::kHalf);
-    const at::Tensor codes = at::round((g - q.minimum.to(at::kFloat)) / q.scale.to(at::kFloat))
-                                 .clamp(0, 15)
-                                 .to(at::kByte)
-                                 .reshape({out, groups * kUInt4GroupSize / 2, 2});
+    at::Tensor codes = at::round((g - q.minimum.to(at::kFloat)) / q.scale.to(at::kFloat))
+                           .clamp(0, 15)
+                           .to(at::kByte)
+                           .reshape({out, rest});
+    if (rest % 2 != 0) codes = at::cat({codes, at::zeros({out, 1}, codes.options())}, 1);
+    codes = codes.reshape({out, codes.size(1) / 2, 2});
     q.data = codes.select(2, 0).bitwise_or(codes.select(2, 1).bitwise_left_shift(4)).contiguous();
     return q;
 }
 
 }  // namespace
+
+int64_t uint4_group_size(int64_t row_length) {
+    if (row_length > 128) {
+        for (int64_t group : {128, 96, 64, 32}) {
+            if (row_length % group == 0) return group;
+        }
+    }
+    return row_length;
+}
 
 int64_t QuantizedWeight::bytes() const {
     int64_t n = 0;
@@ -81,14 +86,16 @@ at::Tensor dequantize_weight(const QuantizedWeight& q, at::ScalarType dtype) {
         return (q.data.to(dtype) * q.scale.to(dtype)).reshape(q.shape);
     }
     const int64_t out = q.data.size(0);
-    const at::Tensor low = q.data.bitwise_and(15);
-    const at::Tensor high = q.data.bitwise_right_shift(4);
-    const int64_t groups = q.scale.size(1);
-    const at::Tensor codes = at::stack({low, high}, 2).reshape({out, groups, kUInt4GroupSize});
-    at::Tensor w = at::addcmul(q.minimum.to(dtype), codes.to(dtype), q.scale.to(dtype));
     int64_t rest = 1;
     for (std::size_t i = 1; i < q.shape.size(); ++i) rest *= q.shape[i];
-    return w.reshape({out, groups * kUInt4GroupSize}).narrow(1, 0, rest).reshape(q.shape);
+    const at::Tensor low = q.data.bitwise_and(15);
+    const at::Tensor high = q.data.bitwise_right_shift(4);
+    const at::Tensor codes = at::stack({low, high}, 2)
+                                 .reshape({out, -1})
+                                 .narrow(1, 0, rest)
+                                 .reshape({out, q.scale.size(1), -1});
+    const at::Tensor w = at::addcmul(q.minimum.to(dtype), codes.to(dtype), q.scale.to(dtype));
+    return w.reshape(q.shape);
 }
 
 }  // namespace loom

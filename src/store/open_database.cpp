@@ -101,7 +101,9 @@ void enable_wal(SQLite::Database& db, const std::filesystem::path& file) {
 // transaction, which takes the write lock up front: when two processes open a fresh store at
 // once, the second waits (busy timeout), then re-reads user_version inside its transaction and
 // finds the work done. A migration that fails rolls back whole and the file stays at the
-// previous version.
+// previous version. Foreign keys are off while migrations run (a rebuilt table is dropped and
+// its copy renamed, which SQLite only allows so), and each migration checks them before it
+// commits.
 void migrate(SQLite::Database& db, const std::filesystem::path& file,
              const std::vector<Migration>& migrations, int newest) {
     int current = read_schema_version(db);
@@ -112,6 +114,15 @@ void migrate(SQLite::Database& db, const std::filesystem::path& file,
         if (current > newest) throw newer_schema_error(file, current, newest);
         if (m.version <= current) continue;  // another process got here first; nothing to undo
         db.exec(m.sql);
+        {
+            SQLite::Statement violations(db, "PRAGMA foreign_key_check");
+            if (violations.executeStep()) {
+                throw StoreError(
+                    file, "schema migration " + std::to_string(m.version) + " left a row of " +
+                              violations.getColumn(0).getString() + " without its parent in " +
+                              violations.getColumn(2).getString() + "; the store was not changed");
+            }
+        }
         // Both pragmas write the file header inside this transaction, so they commit (or roll
         // back) together with the migration's tables.
         db.exec("PRAGMA user_version = " + std::to_string(m.version));
@@ -199,12 +210,14 @@ std::unique_ptr<SQLite::Database> open_database(const std::filesystem::path& fil
             check_identity(*db, file, newest);
             doing = "switching it to WAL mode";
             enable_wal(*db, file);
-            // Foreign keys are off by default in SQLite and per connection; synchronous=NORMAL
-            // is safe from corruption in WAL mode and saves an fsync per write.
-            db->exec("PRAGMA foreign_keys = ON");
+            // synchronous=NORMAL is safe from corruption in WAL mode and saves an fsync per
+            // write.
             db->exec("PRAGMA synchronous = NORMAL");
             doing = "bringing its schema to version " + std::to_string(newest);
+            db->exec("PRAGMA foreign_keys = OFF");  // see migrate
             migrate(*db, file, options.migrations, newest);
+            // Foreign keys are off by default in SQLite, and per connection.
+            db->exec("PRAGMA foreign_keys = ON");
         });
     } catch (const SQLite::Exception& e) {
         throw store_error(file, doing, e);

@@ -74,11 +74,41 @@ CREATE TABLE oom_events (
 CREATE INDEX oom_events_by_run ON oom_events (run_id);
 )sql";
 
+// Schema 2 (issue 21): the key carries the job's qtypes, since a plan stable at low_vram level
+// 2 in uint4 is not one in qfloat8. SQLite cannot change a UNIQUE constraint in place, so the
+// table is rebuilt as lang_altertable.html's "other kinds of table schema changes" says (open_
+// database runs migrations with foreign keys off and checks them before committing). Keys
+// recorded before were level 2's bf16 or jobs that never reached it; they read as qfloat8, the
+// qtype level 2 uses when a job names none.
+const char* const kSchema2 = R"sql(
+CREATE TABLE plan_keys_2 (
+    id INTEGER PRIMARY KEY,
+    arch TEXT NOT NULL,
+    model_fingerprint TEXT NOT NULL,
+    device_name TEXT NOT NULL,
+    total_memory INTEGER NOT NULL,
+    dtype TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    max_resolution INTEGER NOT NULL,
+    frames INTEGER NOT NULL,
+    qtype TEXT NOT NULL,
+    UNIQUE (arch, model_fingerprint, device_name, total_memory, dtype, rank, max_resolution,
+            frames, qtype)
+);
+INSERT INTO plan_keys_2 (id, arch, model_fingerprint, device_name, total_memory, dtype, rank,
+                         max_resolution, frames, qtype)
+    SELECT id, arch, model_fingerprint, device_name, total_memory, dtype, rank, max_resolution,
+           frames, 'qfloat8' FROM plan_keys;
+DROP TABLE plan_keys;
+ALTER TABLE plan_keys_2 RENAME TO plan_keys;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& schema_migrations() {
     static const std::vector<Migration> kMigrations = {
         {1, kSchema1},
+        {2, kSchema2},
     };
     return kMigrations;
 }

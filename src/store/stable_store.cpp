@@ -39,7 +39,7 @@ auto guarded(const std::filesystem::path& file, const std::string& doing, Body&&
 // The columns of plan_keys in the order every statement below binds and reads them.
 const char* const kKeyMatch =
     "arch = ? AND model_fingerprint = ? AND device_name = ? AND total_memory = ? AND dtype = ? "
-    "AND rank = ? AND max_resolution = ? AND frames = ?";
+    "AND rank = ? AND max_resolution = ? AND frames = ? AND qtype = ?";
 
 void bind_key(SQLite::Statement& statement, int first, const guard::PlanKey& key) {
     statement.bind(first, key.arch);
@@ -50,6 +50,7 @@ void bind_key(SQLite::Statement& statement, int first, const guard::PlanKey& key
     statement.bind(first + 5, key.rank);
     statement.bind(first + 6, key.max_resolution);
     statement.bind(first + 7, key.frames);
+    statement.bind(first + 8, key.qtype);
 }
 
 std::optional<std::int64_t> find_key_id(SQLite::Database& db, const guard::PlanKey& key) {
@@ -64,8 +65,8 @@ std::int64_t key_id_for(SQLite::Database& db, const guard::PlanKey& key) {
     if (auto id = find_key_id(db, key)) return *id;
     SQLite::Statement insert(db,
                              "INSERT INTO plan_keys (arch, model_fingerprint, device_name, "
-                             "total_memory, dtype, rank, max_resolution, frames) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+                             "total_memory, dtype, rank, max_resolution, frames, qtype) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     bind_key(insert, 1, key);
     insert.exec();
     return db.getLastInsertRowid();
@@ -111,7 +112,7 @@ std::string row_source(const std::filesystem::path& file, const char* table, std
 }
 
 // The SELECT shared by list() and find(); callers append WHERE conditions after "1 = 1".
-// The eight plan_keys columns from `first` on, in the table's order.
+// The nine plan_keys columns from `first` on, in the table's order.
 guard::PlanKey read_key(SQLite::Statement& q, int first) {
     guard::PlanKey key;
     key.arch = q.getColumn(first).getString();
@@ -122,6 +123,7 @@ guard::PlanKey read_key(SQLite::Statement& q, int first) {
     key.rank = q.getColumn(first + 5).getInt();
     key.max_resolution = q.getColumn(first + 6).getInt();
     key.frames = q.getColumn(first + 7).getInt();
+    key.qtype = q.getColumn(first + 8).getString();
     return key;
 }
 
@@ -129,7 +131,7 @@ const char* const kStableRowQuery =
     "SELECT s.id, s.plan, s.step, s.steps_on_plan, s.peak, s.steps_per_second, s.loom_version, "
     "s.recorded_at, r.id, r.name, r.run_folder, r.status, r.job_yaml, r.process_index, k.arch, "
     "k.model_fingerprint, k.device_name, k.total_memory, k.dtype, k.rank, k.max_resolution, "
-    "k.frames "
+    "k.frames, k.qtype "
     "FROM stable_plans s JOIN runs r ON r.id = s.run_id JOIN plan_keys k ON k.id = r.key_id "
     "WHERE s.forgotten_at IS NULL";
 
@@ -426,7 +428,7 @@ std::vector<RunRow> StableStore::runs_with_key_of(const std::string& run_folder)
                 "SELECT r.id, r.name, r.run_folder, r.status, r.started_at, r.finished_at, "
                 "r.steps, "
                 "r.ooms, r.start_plan, r.end_plan, k.arch, k.model_fingerprint, k.device_name, "
-                "k.total_memory, k.dtype, k.rank, k.max_resolution, k.frames "
+                "k.total_memory, k.dtype, k.rank, k.max_resolution, k.frames, k.qtype "
                 "FROM runs r JOIN plan_keys k ON k.id = r.key_id WHERE r.key_id = ? ORDER BY r.id");
             query.bind(1, key.getColumn(0).getInt64());
             while (query.executeStep()) {

@@ -81,6 +81,9 @@ std::optional<guard::PlanKey> plan_key(const config::ProcessConfig& process, con
         for (int r : d.resolution) key.max_resolution = std::max(key.max_resolution, r);
         key.frames = std::max(key.frames, d.num_frames);
     }
+    // The job's qtypes: what level 2 would quantize in, which a stable plan at that level
+    // depends on (a plan.yaml that says otherwise is the run's own, not the store's business).
+    key.qtype = guard::qtype_text(guard::plan_from_job(process));
     return key;
 }
 

@@ -147,6 +147,9 @@ void Trainer::start_guard() {
     StartingPlan start =
         starting_plan(process_, run_, overrides_.fresh, options.store, key_, *events_);
     reused_stable_id_ = start.reused_stable_id;
+    // A plan.yaml that quantizes otherwise than the job now asks: the run is recorded under the
+    // qtypes it trains with, so that no job of the job's qtypes later takes its plan.
+    if (key_) key_->qtype = guard::qtype_text(start.plan);
     guard_ = std::make_unique<guard::Guard>(*device_, start.plan, options, *events_);
     guard_->set_target(this);
     if (plan().host.threads > 0) at::set_num_threads(plan().host.threads);
@@ -216,18 +219,15 @@ guard::BucketFacts Trainer::bucket_facts() const {
     return data_ ? data_->bucket_facts() : guard::BucketFacts{};
 }
 
-// The perf switches and level 2's qtypes (model.qtype, and qtype_te with quantize_te; the
-// loader warned about a qtype loom replaces).
+// The perf switches and level 2's qtypes, as the plan carries them (from model.qtype, and
+// qtype_te with quantize_te; or from plan.yaml on a restart).
 PlacementOptions Trainer::placement_options() const {
     PlacementOptions o;
     o.stream_prefetch = process_.perf.stream_prefetch;
     o.channels_last = process_.perf.channels_last;
-    o.base_qtype = config::choose_qtype(process_.model.qtype).qtype;
-    std::string name = to_string(o.base_qtype);
-    if (process_.model.quantize_te.value_or(false)) {
-        o.encoder_qtype = config::choose_qtype(process_.model.qtype_te).qtype;
-        name += std::string("-te-") + to_string(*o.encoder_qtype);
-    }
+    o.base_qtype = plan().qtype;
+    o.encoder_qtype = plan().qtype_te;
+    const std::string name = guard::qtype_text(plan());
     // Beside the latent cache, named for what the codes depend on: the weights, the dtype they
     // were loaded in (train.dtype) and the qtypes.
     const std::string fingerprint =
@@ -251,8 +251,9 @@ void Trainer::load() {
     placement->place_model(plan().low_vram);
     low_vram_ = std::move(placement);
     model_->set_gradient_checkpointing(plan().gradient_checkpointing);
-    log().info("model: {} ({}), device memory after load: {}", process_.model.name_or_path,
-               model_->arch(), device_->stats().to_string());
+    const MemoryStats loaded = device_->stats();
+    log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",
+               process_.model.name_or_path, model_->arch(), loaded.to_string(), loaded.allocated);
     lora_ = std::make_unique<LoRATraining>(process_, model_->denoiser(), model_->denoiser_kind(),
                                            *device_, seed());
 }

@@ -137,6 +137,44 @@ cmp -s "$TMP/runs/first/plan.yaml" "$TMP/runs/exported/plan.yaml" \
   && ok "the exported job starts from the stable plan" \
   || { bad "exported plan differs"; diff "$TMP/runs/first/plan.yaml" "$TMP/runs/exported/plan.yaml"; }
 
+# The qtypes (issue 21): a job that quantizes in uint4 keeps it in plan.yaml, the store key, the
+# export and the quantized-weight cache's name; a restart quantizes as plan.yaml says even when
+# the job now says otherwise.
+QSTORE="$TMP/qstore.db"
+job quant 3 1 true false | sed 's|arch: sd1}|arch: sd1, quantize: true, qtype: uint4}|' \
+  >"$TMP/quant.yaml"
+"$LOOM" train "$TMP/quant.yaml" --store "$QSTORE" >"$TMP/quant.out" 2>"$TMP/quant.err" \
+  && ok "a uint4 job trains" || { bad "uint4 job"; tail "$TMP/quant.err"; }
+grep -q "^  qtype: uint4$" "$TMP/runs/quant/plan.yaml" && ok "plan.yaml carries qtype uint4" \
+  || { bad "plan.yaml lacks the qtype"; cat "$TMP/runs/quant/plan.yaml"; }
+# quantize_te follows quantize (as in ai-toolkit), in qtype_te's default, qfloat8.
+ls "$TMP/runs/quant/cache/quantized/" 2>/dev/null | grep -q -- "-uint4-te-qfloat8.safetensors$" \
+  && ok "the codes are cached under the qtypes' name" || bad "no uint4 codes in the cache"
+qid=$(sed -n 's/^stable: .*(#\([0-9]*\) in .*/\1/p' "$TMP/quant.out")
+"$LOOM" stable list --store "$QSTORE" >"$TMP/qlist.out" 2>&1
+grep -q "uint4" "$TMP/qlist.out" && ok "stable list shows the key's qtype" \
+  || { bad "stable list lacks uint4"; cat "$TMP/qlist.out"; }
+"$LOOM" stable export "$qid" -o "$TMP/qexport.yaml" --store "$QSTORE" >/dev/null 2>&1 \
+  && grep -q "qtype: uint4" "$TMP/qexport.yaml" && grep -q "quantize: true" "$TMP/qexport.yaml" \
+  && ok "the export quantizes in uint4" || { bad "export lacks the qtype"; cat "$TMP/qexport.yaml"; }
+"$LOOM" train "$TMP/quant.yaml" --store "$QSTORE" --set config.name=quant_q8 \
+  --set config.process.0.model.qtype=qint8 >/dev/null 2>&1
+grep -q "starting from stable plan" "$TMP/runs/quant_q8/loom.log" \
+  && bad "a qint8 job started from the uint4 job's stable plan" \
+  || ok "a qint8 job does not take the uint4 job's plan (another key)"
+job quant_restart 3 1 true false | sed 's|arch: sd1}|arch: sd1, quantize: true, qtype: uint4}|' \
+  >"$TMP/quant_restart.yaml"
+"$LOOM" train "$TMP/quant_restart.yaml" --no-supervise --stop-after 1 --store "$QSTORE" \
+  >/dev/null 2>&1
+"$LOOM" train "$TMP/quant_restart.yaml" --no-supervise --store "$QSTORE" \
+  --set config.process.0.model.qtype=qint8 >/dev/null 2>"$TMP/qrestart.err" \
+  && ok "the uint4 run resumes" || { bad "resume"; tail "$TMP/qrestart.err"; }
+grep -q "model.qtype: the job says qint8, the plan says uint4" "$TMP/runs/quant_restart/loom.log" \
+  && ok "the restart keeps plan.yaml's qtype and says so" \
+  || { bad "no qtype line on restart"; grep -i "plan" "$TMP/runs/quant_restart/loom.log" | head; }
+ls "$TMP/runs/quant_restart/cache/quantized/" | grep -q qint8 \
+  && bad "the restart quantized in qint8" || ok "the restart quantized in uint4 again (no qint8 codes)"
+
 # Forget: the plan is gone from show and list.
 "$LOOM" stable forget "$id" --store "$STORE" >/dev/null 2>&1 && ok "stable forget $id" \
   || bad "stable forget"

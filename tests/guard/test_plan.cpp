@@ -195,6 +195,8 @@ TEST(Plan, YamlTextIsExactlyTheFileFormat) {
               "  num_frames: 1\n"
               "model:\n"
               "  low_vram: 0\n"
+              "  qtype: qfloat8\n"
+              "  qtype_te: ~\n"
               "sample:\n"
               "  enabled: true\n"
               "  width: 256\n"
@@ -217,6 +219,24 @@ TEST(Plan, YamlTextIsExactlyTheFileFormat) {
     EXPECT_NE(text.find("sample:\n  enabled: false\n"), std::string::npos) << text;
     EXPECT_NE(text.find("host:\n  memory_caches: false\n  threads: 3\n"), std::string::npos)
         << text;
+}
+
+// Plans written before issue 21 have no qtypes: they read as level 2's default, qfloat8, with
+// the text encoders unquantized.
+TEST(Plan, PlansWrittenBeforeTheQTypesGetTheirDefaults) {
+    Plan p = sample_plan();
+    p.low_vram = 2;
+    std::string text = plan_to_yaml(p);
+    text.erase(text.find("  qtype: qfloat8\n  qtype_te: ~\n"), 31);
+    ASSERT_EQ(text.find("qtype"), std::string::npos) << text;
+    EXPECT_EQ(parse_plan(text, "plan.yaml"), p);
+    p.qtype = config::QType::kUInt4;
+    p.qtype_te = config::QType::kInt8;
+    const Plan back = parse_plan(plan_to_yaml(p), "plan.yaml");
+    EXPECT_EQ(back.qtype, config::QType::kUInt4);
+    EXPECT_EQ(back.qtype_te, config::QType::kInt8);
+    EXPECT_NE(plan_to_yaml(p).find("  qtype: uint4\n  qtype_te: qint8\n"), std::string::npos);
+    EXPECT_EQ(qtype_text(p), "uint4-te-qint8");
 }
 
 TEST(Plan, PlansWrittenBeforeTheHostSectionGetTheHostDefaults) {
@@ -255,7 +275,12 @@ TEST(Plan, ParseErrorsAreExact) {
          "datasets.num_frames must be at least 1, not 0"},
         {"low_vram: 0", "low_vram: -1", "model.low_vram must not be negative"},
         {"low_vram: 0", "low_vram: 1.5", "model.low_vram has a malformed value '1.5'"},
-        {"model:\n  low_vram: 0\n", "", "model is missing or not a mapping"},
+        {"model:\n  low_vram: 0\n  qtype: qfloat8\n  qtype_te: ~\n", "",
+         "model is missing or not a mapping"},
+        {"qtype: qfloat8", "qtype: uint3",
+         "model.qtype has a malformed value 'uint3' (a qtype: qfloat8, qint8, uint4)"},
+        {"qtype_te: ~", "qtype_te: fp4",
+         "model.qtype_te has a malformed value 'fp4' (a qtype: qfloat8, qint8, uint4)"},
         {"width: 256", "width: 0", "sample.width must be at least 1, not 0"},
         {"height: 320", "height: -4", "sample.height must be at least 1, not -4"},
         {"  num_frames: 1\nhost", "  num_frames: 0\nhost",
@@ -303,7 +328,8 @@ TEST(Plan, DescribeAndDiffTextsAreExact) {
     r.host.threads = 2;
     EXPECT_EQ(describe(r),
               "gradient_checkpointing true, batch 1 x 6 accumulation, buckets 1000 px, frames 9, "
-              "low_vram 2, sampling 256x320 batched, sequential guidance, 5 frames, CPU threads 2");
+              "low_vram 2 (base qfloat8, text encoders bf16), sampling 256x320 batched, "
+              "sequential guidance, 5 frames, CPU threads 2");
     EXPECT_EQ(describe(Plan{}),
               "gradient_checkpointing false, batch 1 x 1 accumulation, buckets all, low_vram 0, "
               "sampling 1024x1024 batched");
@@ -345,6 +371,8 @@ const std::vector<std::string> kKnobNames = {"train.gradient_checkpointing",
                                              "datasets.max_bucket_pixels",
                                              "datasets.num_frames",
                                              "model.low_vram",
+                                             "model.qtype",
+                                             "model.qtype_te",
                                              "sample.enabled",
                                              "sample.width",
                                              "sample.height",
@@ -361,7 +389,8 @@ std::vector<Knob> knobs() {
 }
 
 // `plan` one step lighter in knob `index` (the direction Plan::fields gives it): 1, or 64 for
-// sizes; accumulation one more, a cap halved (none becomes 4096), 0 threads (all cores) 2.
+// sizes; accumulation one more, a cap halved (none becomes 4096), 0 threads (all cores) 2, a
+// qtype 4 bits instead of 8 (unquantized encoders 8).
 Plan one_step_lighter(Plan plan, std::size_t index) {
     std::size_t i = 0;
     for_each_knob([&](const Knob& knob, const auto& field) {
@@ -373,6 +402,10 @@ Plan one_step_lighter(Plan plan, std::size_t index) {
             v = !down;
         } else if constexpr (std::is_same_v<T, std::optional<std::int64_t>>) {
             v = v ? *v / 2 : 4096;
+        } else if constexpr (std::is_same_v<T, config::QType>) {
+            v = config::QType::kUInt4;
+        } else if constexpr (std::is_same_v<T, std::optional<config::QType>>) {
+            v = v ? config::QType::kUInt4 : config::QType::kInt8;
         } else if (knob.zero_is_unlimited && v == 0) {
             v = 2;
         } else {
@@ -404,7 +437,8 @@ TEST(PlanKnobs, TheListNamesEveryKnobOnceInTheFileOrder) {
 // knob's name, the same after plan.yaml, described differently, and undo_change puts that knob
 // back and nothing else.
 TEST(PlanKnobs, EachKnobIsComparedDiffedWrittenReadDescribedAndUndone) {
-    Plan base;  // the heavy end of every knob, with room to shrink
+    Plan base;          // the heavy end of every knob, with room to shrink
+    base.low_vram = 2;  // where the qtypes act, and are described
     base.batch_size = 2;
     base.max_bucket_pixels = 512 * 512;
     base.frames = 5;
@@ -499,6 +533,29 @@ TEST(JobWithPlan, PlanFromJobReadsBackThePlanItWrote) {
             config::load_job_text(config::emit_job_yaml(with), "exported.yaml").job;
         EXPECT_EQ(plan_from_job(reread.config.process[0]), plan) << describe(plan);
     }
+}
+
+// The qtypes come from model.qtype, and qtype_te only with quantize_te (which the loader sets
+// from quantize when absent, as ai-toolkit does); a word loom replaces is read as what it uses.
+TEST(JobWithPlan, QTypesComeFromTheModelKeysAndGoBackAsLoomNamesThem) {
+    std::string text = kJob;
+    const std::string model = "model: {name_or_path: model, arch: sd1}";
+    text.replace(text.find(model), model.size(),
+                 "model: {name_or_path: model, arch: sd1, quantize: true, "
+                 "qtype: 'uint3|ostris/adapter.safetensors', qtype_te: qint8}");
+    const config::Job job = config::load_job_text(text, "job.yaml").job;
+    const Plan plan = plan_from_job(job.config.process[0]);
+    EXPECT_EQ(plan.low_vram, 2);
+    EXPECT_EQ(plan.qtype, config::QType::kUInt4);
+    EXPECT_EQ(plan.qtype_te, config::QType::kInt8);  // quantize_te follows quantize
+    const config::ProcessConfig p = job_with_plan(job, 0, plan).config.process[0];
+    EXPECT_EQ(p.model.qtype, "uint4");
+    EXPECT_EQ(p.model.qtype_te, "qint8");
+    EXPECT_EQ(p.model.quantize_te, true);
+
+    const config::Job plain = config::load_job_text(kJob, "job.yaml").job;
+    EXPECT_EQ(plan_from_job(plain.config.process[0]).qtype, config::QType::kFloat8);
+    EXPECT_EQ(plan_from_job(plain.config.process[0]).qtype_te, std::nullopt);
 }
 
 TEST(JobWithPlan, UsesTheAiToolkitKeysWhereTheyExist) {

@@ -31,7 +31,8 @@ std::map<std::string, at::Tensor> reference() {
 
 TEST(QuantizedWeight, CodesScalesAndWeightsEqualTheReference) {
     const auto ref = reference();
-    for (const char* name : {"linear", "padded", "conv", "wide_range", "special"}) {
+    for (const char* name :
+         {"linear", "row300", "row288", "row320", "odd", "conv", "wide_range", "special"}) {
         SCOPED_TRACE(name);
         const at::Tensor w = ref.at(std::string(name) + ".weight");
         for (QType qtype : {QType::kFloat8, QType::kInt8, QType::kUInt4}) {
@@ -50,6 +51,24 @@ TEST(QuantizedWeight, CodesScalesAndWeightsEqualTheReference) {
             EXPECT_TRUE(torch::allclose(back, ref.at(key + "dequantized"), 0, 1e-6));
         }
     }
+}
+
+TEST(QuantizedWeight, UInt4GroupsAsQuantoDoes) {
+    // quantization_reference.py checks the same rule against quanto's QLinear.
+    EXPECT_EQ(uint4_group_size(32), 32);  // a short row is one group, not padded to 128
+    EXPECT_EQ(uint4_group_size(128), 128);
+    EXPECT_EQ(uint4_group_size(3072), 128);
+    EXPECT_EQ(uint4_group_size(288), 96);
+    EXPECT_EQ(uint4_group_size(320), 64);
+    EXPECT_EQ(uint4_group_size(352), 32);
+    EXPECT_EQ(uint4_group_size(300), 300);  // none divides: the whole row
+    EXPECT_EQ(uint4_group_size(27), 27);
+    const QuantizedWeight q = quantize_weight(torch::randn({4, 288}), QType::kUInt4);
+    EXPECT_EQ(q.scale.sizes(), (c10::IntArrayRef{4, 3, 1}));
+    EXPECT_EQ(q.data.sizes(), (c10::IntArrayRef{4, 144}));
+    const QuantizedWeight odd = quantize_weight(torch::randn({2, 3, 3, 3}), QType::kUInt4);
+    EXPECT_EQ(odd.data.sizes(), (c10::IntArrayRef{2, 14}));  // 27 codes and a zero nibble
+    EXPECT_EQ(dequantize_weight(odd, at::kFloat).sizes(), (c10::IntArrayRef{2, 3, 3, 3}));
 }
 
 TEST(QuantizedWeight, ErrorIsBoundedByTheQType) {

@@ -3,7 +3,8 @@
     build(out) -> writes OUT/quantization/cases.safetensors
 
 For each test weight: a reference quantizer written here (qfloat8 and qint8 per output channel,
-uint4 affine in groups of 128 with float16 scale and minimum, two codes per byte), checked
+uint4 affine in groups chosen by quanto's rule (group_size below) with float16 scale and
+minimum, two codes per byte, a zero nibble ending a row of odd length), checked
 against optimum-quanto's own qfloat8 / qint8 weight quantization where quanto runs on the CPU
 (the codes and scales must be equal), and the dequantized weights. float8 codes are stored as
 their bytes (uint8). A zero row and a constant group exercise the zero-scale rule.
@@ -13,7 +14,15 @@ import os
 import torch
 from safetensors.torch import save_file
 
-GROUP = 128
+
+def group_size(row):
+    """optimum-quanto's QModuleMixin: 128, 96, 64 or 32 when one divides a row longer than 128,
+    else the whole row (checked against quanto itself in check_group_rule)."""
+    if row > 128:
+        for g in (128, 96, 64, 32):
+            if row % g == 0:
+                return g
+    return row
 
 
 def rows(w):
@@ -39,14 +48,15 @@ def quantize_8bit(w, floating):
 def quantize_uint4(w):
     r = rows(w)
     out, rest = r.shape
-    groups = -(-rest // GROUP)
-    if groups * GROUP != rest:
-        r = torch.cat([r, r[:, -1:].expand(out, groups * GROUP - rest)], 1)
-    g = r.reshape(out, groups, GROUP)
+    group = group_size(rest)
+    g = r.reshape(out, rest // group, group)
     mn, mx = g.amin(2, keepdim=True), g.amax(2, keepdim=True)
     scale = nonzero((mx - mn) / 15.0).half()
     mn = mn.half()
     codes = torch.round((g - mn.float()) / scale.float()).clamp(0, 15).to(torch.uint8)
+    codes = codes.reshape(out, rest)
+    if rest % 2:
+        codes = torch.cat([codes, torch.zeros(out, 1, dtype=torch.uint8)], 1)
     codes = codes.reshape(out, -1, 2)
     data = codes[..., 0] | (codes[..., 1] << 4)
     return data.contiguous(), scale, mn
@@ -54,12 +64,22 @@ def quantize_uint4(w):
 
 def dequantize_uint4(data, scale, mn, shape):
     out = data.shape[0]
-    codes = torch.stack([data & 15, data >> 4], 2).reshape(out, scale.shape[1], GROUP)
-    w = (mn.float() + codes.float() * scale.float()).reshape(out, -1)
     rest = 1
     for s in shape[1:]:
         rest *= s
-    return w[:, :rest].reshape(shape)
+    codes = torch.stack([data & 15, data >> 4], 2).reshape(out, -1)[:, :rest]
+    codes = codes.reshape(out, scale.shape[1], -1)
+    return (mn.float() + codes.float() * scale.float()).reshape(shape)
+
+
+def check_group_rule():
+    """quanto's own QLinear picks the same uint4 group as group_size."""
+    from optimum.quanto import qint4
+    from optimum.quanto.nn import QLinear
+    for row in (32, 72, 128, 300, 320, 384, 576, 3072):
+        layer = QLinear(row, 8, bias=False, weights=qint4)
+        assert (layer.weight_group_size or row) == group_size(row), \
+            f"quanto groups a row of {row} by {layer.weight_group_size}, the reference by {group_size(row)}"
 
 
 def check_with_quanto(name, w, fp8, fp8_scale, i8, i8_scale):
@@ -82,7 +102,10 @@ def build(out):
     g = torch.Generator().manual_seed(21)
     weights = {
         "linear": torch.randn(64, 256, generator=g) * 0.05,
-        "padded": torch.randn(24, 300, generator=g),              # 300 is not a multiple of 128
+        "row300": torch.randn(24, 300, generator=g),              # no group divides 300: one a row
+        "row288": torch.randn(12, 288, generator=g),              # 288 = 3 groups of 96
+        "row320": torch.randn(6, 320, generator=g),               # 320 = 5 groups of 64
+        "odd": torch.randn(5, 3, 3, 3, generator=g),              # a 27-wide row: odd, one group
         "conv": torch.randn(16, 8, 3, 3, generator=g) * 0.2,      # read as [16, 72]
         "wide_range": torch.randn(8, 512, generator=g) * torch.logspace(-3, 1, 8).unsqueeze(1),
     }
@@ -90,6 +113,7 @@ def build(out):
     special[1] = 0.0             # a zero row: scale 1, codes 0
     special[2, :128] = 0.25      # a constant group
     weights["special"] = special
+    check_group_rule()
     tensors = {}
     for name, w in weights.items():
         fp8, fp8_scale = quantize_8bit(w, True)

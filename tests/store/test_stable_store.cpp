@@ -3,6 +3,7 @@
 // into one file at once.
 
 #include <SQLiteCpp/Database.h>
+#include <SQLiteCpp/Statement.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -99,6 +100,68 @@ TEST(StableStoreOpen, ExtraMigrationUpgradesAnOldDatabaseKeepingItsRows) {
     ASSERT_TRUE(rows[0].plan.plan);
     EXPECT_EQ(*rows[0].plan.plan, light_plan());
     EXPECT_EQ(query_text(file, "SELECT note FROM runs"), "kept");
+}
+
+// Schema 2 added the qtypes to the key (issue 21). A store of schema 1 keeps every run and
+// stable plan; its keys read as qfloat8 (level 2's default), so a job with no qtype still finds
+// its old stable plan, and a uint4 job gets a key of its own.
+TEST(StableStoreOpen, SchemaOneStoreGetsQTypeKeysAndKeepsItsPlans) {
+    test::TempDir dir;
+    const auto file = dir / "stable.db";
+    StoreOptions v1;
+    v1.migrations = {schema_migrations().front()};
+    { StableStore::open(file, v1); }
+    std::string old_plan = guard::plan_to_yaml(light_plan());  // as schema-1 looms wrote it
+    old_plan.erase(old_plan.find("  qtype: qfloat8\n  qtype_te: ~\n"), 31);
+    {
+        SQLite::Database raw(file.string(), SQLite::OPEN_READWRITE);
+        const guard::PlanKey k = make_key();
+        SQLite::Statement key(raw,
+                              "INSERT INTO plan_keys (arch, model_fingerprint, device_name, "
+                              "total_memory, dtype, rank, max_resolution, frames) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+        key.bind(1, k.arch);
+        key.bind(2, k.model_fingerprint);
+        key.bind(3, k.device_name);
+        key.bind(4, static_cast<std::int64_t>(k.total_memory));
+        key.bind(5, k.dtype);
+        key.bind(6, k.rank);
+        key.bind(7, k.max_resolution);
+        key.bind(8, k.frames);
+        key.exec();
+        SQLite::Statement run(
+            raw,
+            "INSERT INTO runs (key_id, name, run_folder, process_index, job_yaml, "
+            "start_plan, started_at, loom_version) "
+            "VALUES (1, 'old_run', '/runs/old', 0, 'job: extension', ?, "
+            "'2026-11-01T00:00:00.000Z', '0.9')");
+        run.bind(1, old_plan);
+        run.exec();
+        SQLite::Statement stable(raw,
+                                 "INSERT INTO stable_plans (run_id, plan, step, steps_on_plan, "
+                                 "peak, steps_per_second, loom_version, recorded_at) "
+                                 "VALUES (1, ?, 50, 40, 1000, 2.5, '0.9', "
+                                 "'2026-11-01T00:10:00.000Z')");
+        stable.bind(1, old_plan);
+        stable.exec();
+    }
+    StableStore store = StableStore::open(file);
+    EXPECT_EQ(store.schema_version(), newest_schema());
+    const std::vector<StableRow> rows = store.list();
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].run_name, "old_run");
+    EXPECT_EQ(rows[0].key.qtype, "qfloat8");
+    ASSERT_TRUE(rows[0].plan.plan) << rows[0].plan.error;
+    EXPECT_EQ(*rows[0].plan.plan, light_plan());
+    EXPECT_TRUE(store.known_plans(make_key()).stable.has_value());
+    guard::PlanKey uint4 = make_key();
+    uint4.qtype = "uint4";
+    EXPECT_FALSE(store.known_plans(uint4).stable.has_value());
+    store.add_run(make_run("uint4_run", uint4));
+    store.add_run(make_run("qfloat8_run", make_key()));
+    EXPECT_EQ(count_rows(file, "plan_keys"), 2);
+    EXPECT_EQ(query_text(file, "SELECT count(*) FROM runs WHERE key_id = 1"), "2");
+    EXPECT_EQ(query_text(file, "SELECT qtype FROM plan_keys WHERE id = 2"), "uint4");
 }
 
 TEST(StableStoreOpen, RefusesADatabaseFromANewerLoom) {

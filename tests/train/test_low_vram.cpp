@@ -236,6 +236,56 @@ TEST_F(LowVramModeTest, LevelTwoQuantizesInTheJobsQType) {
     EXPECT_LT(bytes[QType::kUInt4], bytes[QType::kInt8]);
 }
 
+// quantize_te (issue 21): with an encoder qtype, level 2 quantizes the text encoder's frozen
+// Linear weights as it does the UNet's (a placeholder and a weight source each), and the
+// encoder, brought to the device for encoding as the cache phase does, still encodes close to
+// its float32 output; without one its weights are plain bf16 tensors.
+TEST_F(LowVramModeTest, QuantizeTeQuantizesTheTextEncoder) {
+    at::Tensor reference;
+    for (const bool quantize_te : {false, true}) {
+        SCOPED_TRACE(quantize_te ? "quantize_te" : "bf16 encoders");
+        device_.reset();  // one sim device at a time
+        device_ = open_device({DeviceKind::kSim}, std::uint64_t{1} << 30);
+        StableDiffusion model = load();
+        for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(model.vae.get()),
+                                     static_cast<torch::nn::Module*>(model.text_encoder.get())}) {
+            for (auto& p : m->parameters()) p.requires_grad_(false);
+        }
+        if (!reference.defined()) {
+            torch::NoGradGuard no_grad;
+            reference = model.encode_prompts({"a red circle"}).context.clone();
+        }
+        StableDiffusionFamily family(model);  // shares the model's modules
+        PlacementOptions options;
+        if (quantize_te) options.encoder_qtype = QType::kInt8;
+        LowVramMode mode(family, *device_, options);
+        mode.place_model(2);
+        std::size_t linears = 0;
+        std::size_t quantized = 0;
+        for (const auto& item : model.text_encoder->named_modules()) {
+            auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
+            if (linear == nullptr) continue;
+            ++linears;
+            if (linear->weight.stride(0) == 0 && linear->weight_source()) {
+                ++quantized;
+            } else {
+                EXPECT_EQ(linear->weight.scalar_type(), at::kBFloat16) << item.key();
+            }
+        }
+        EXPECT_GT(linears, 0u);
+        EXPECT_EQ(quantized, quantize_te ? linears : 0u);
+        at::Tensor encoded;
+        {
+            LowVramMode::EncodersOnDevice encoders(mode);
+            torch::NoGradGuard no_grad;
+            encoded = model.encode_prompts({"a red circle"}).context.to(at::kFloat).cpu();
+        }
+        const double error =
+            (encoded - reference).abs().max().item<double>() / reference.abs().max().item<double>();
+        EXPECT_LT(error, 0.1) << "relative to the float32 encoding's range";
+    }
+}
+
 // The codes level 2 computed are kept beside the latent cache and read back by the next
 // placement (a restart after an OOM or a crash quantizes nothing again); a damaged file is
 // quantized again.

@@ -84,6 +84,7 @@ struct QTypeChoice {
 };
 QTypeChoice choose_qtype(const std::string& word);
 const char* to_string(QType qtype);  // "qfloat8", "qint8", "uint4"
+int bits_of(QType qtype);            // bits per weight: 8, 8, 4
 
 // Canonical words, for logs and kohya metadata ("constant_with_warmup", "euler", ...).
 const char* to_string(LrScheduler scheduler);

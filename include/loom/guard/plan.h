@@ -59,6 +59,12 @@ struct Plan {
     std::optional<std::int64_t> max_bucket_pixels;
     int frames = 1;    // training clip length (video models; 1 for images)
     int low_vram = 0;  // 0: off; 1, 2, ...: the low-VRAM sub-modes switched on, in order
+    // What level 2 quantizes the frozen base to (model.qtype), and the text encoders
+    // (qtype_te with quantize_te; nullopt: they stay unquantized, in bf16). The ladder never
+    // changes them; the plan carries them so that a restart, the stable store and an export
+    // quantize as the run did. They weigh by their bits.
+    config::QType qtype = config::QType::kFloat8;
+    std::optional<config::QType> qtype_te;
     SamplePlan sample;
     HostPlan host;
 
@@ -90,6 +96,8 @@ struct Plan {
         v(kDatasets, "num_frames", &Plan::frames, Weighs::kMoreDevice, AtLeast{1});
         v(kModel, "low_vram", &Plan::low_vram, Weighs::kLessDevice, AtLeast{0},
           OomKey{&config::OomConfig::low_vram_level});
+        v(kModel, "qtype", &Plan::qtype, Weighs::kMoreDevice, AbsentInOlderPlans{});
+        v(kModel, "qtype_te", &Plan::qtype_te, Weighs::kMoreDevice, AbsentInOlderPlans{});
         v(kSample, "enabled", in(&Plan::sample, &SamplePlan::enabled), Weighs::kMoreDevice,
           SwitchesSection{});
         v(kSample, "width", in(&Plan::sample, &SamplePlan::width), Weighs::kMoreDevice, AtLeast{1});
@@ -162,6 +170,10 @@ struct KnobVisitor {
         static_assert(std::is_same_v<typename Field::Value, int>, "ZeroIsUnlimited needs an int");
         k.zero_is_unlimited = true;
     }
+    template <class Field>
+    static constexpr void apply(Knob& k, Field&, AbsentInOlderPlans) {
+        k.may_be_absent = true;
+    }
     template <class Field, class T>
     static constexpr void apply(Knob&, Field& field, OomKey<T> key) {
         static_assert(std::is_same_v<typename Field::Value, T>, "the oom key has another type");
@@ -181,13 +193,18 @@ constexpr void for_each_knob(F&& f) {
 }
 
 // The plan a job asks for: train.gradient_checkpointing, the (common) batch size,
-// train.gradient_accumulation, the largest dataset num_frames, model.low_vram, and the sample
-// block (disabled by train.disable_sampling or when there are no prompts).
+// train.gradient_accumulation, the largest dataset num_frames, model.low_vram / quantize and the
+// qtypes loom uses for model.qtype and qtype_te (with quantize_te), and the sample block (disabled
+// by train.disable_sampling or when there are no prompts).
 Plan plan_from_job(const config::ProcessConfig& process);
 
 // One line per knob, "gradient_checkpointing true, batch 1 × 4, buckets ≤ 64x64 px, ...": what
 // the WARN lines and the "does not fit" message print.
 std::string describe(const Plan& plan);
+
+// The plan's qtypes in one word, "qfloat8" or "qfloat8-te-qint8": the quantized-weight cache's
+// file name and the stable store key's qtype.
+std::string qtype_text(const Plan& plan);
 
 // One knob that differs between two plans.
 struct KnobChange {

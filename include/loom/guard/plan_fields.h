@@ -50,6 +50,11 @@ struct SwitchesSection {};
 // largest value in the memory order.
 struct ZeroIsUnlimited {};
 
+// A knob added after plan.yaml files were written: a file without it keeps the plan's default
+// (the model section's qtypes, issue 21: such a file held the base in bf16 at level 2, and
+// reads as level 2's default, qfloat8).
+struct AbsentInOlderPlans {};
+
 // The key of the job's `oom:` block that states this knob where ai-toolkit has none:
 // plan_from_job reads it and job_with_plan writes it.
 template <class T>
@@ -69,6 +74,7 @@ struct Knob {
     bool effective_batch = false;
     bool switches_section = false;
     bool zero_is_unlimited = false;
+    bool may_be_absent = false;  // AbsentInOlderPlans given
 
     // "section.key": what diff, the WARN lines and the events call the knob.
     std::string name() const { return std::string(section->name) + "." + key; }

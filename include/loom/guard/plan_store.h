@@ -22,7 +22,8 @@
 namespace loom::guard {
 
 // What makes two runs' memory needs comparable: the same model shapes on the same device with
-// the same dtype, rank, largest resolution and clip length.
+// the same dtype, rank, largest resolution and clip length, quantized (at low_vram level 2) in
+// the same qtypes.
 struct PlanKey {
     std::string arch;                // "sd1", "sdxl"
     std::string model_fingerprint;   // sha256 of the model's configs and weight headers
@@ -32,11 +33,13 @@ struct PlanKey {
     int rank = 0;                    // network.linear
     int max_resolution = 0;          // the largest datasets[].resolution
     int frames = 1;                  // the largest datasets[].num_frames
+    std::string qtype = "qfloat8";   // the job's qtypes (qtype_text: "qfloat8-te-qint8")
 
     bool operator==(const PlanKey& o) const {
         return arch == o.arch && model_fingerprint == o.model_fingerprint &&
                device_name == o.device_name && total_memory == o.total_memory && dtype == o.dtype &&
-               rank == o.rank && max_resolution == o.max_resolution && frames == o.frames;
+               rank == o.rank && max_resolution == o.max_resolution && frames == o.frames &&
+               qtype == o.qtype;
     }
     bool operator!=(const PlanKey& o) const { return !(*this == o); }
 };

@@ -10,11 +10,10 @@
 //   kFloat8  float8 e4m3 with a float32 scale per output channel: absmax / 448  (1 byte/weight)
 //   kInt8    symmetric int8, a float32 scale per output channel: absmax / 127,
 //            rounded to nearest even and clamped to [-128, 127]               (1 byte/weight)
-//   kUInt4   affine 4-bit in groups of kUInt4GroupSize weights along the row: scale (max-min)/15
-//            and the group minimum, both float16; codes round((w - min) / scale) in [0, 15],
-//            two per byte (the even index in the low nibble). A row whose length is not a
-//            multiple of the group is padded with its last group's minimum.
-//                                                      (0.5 byte/weight + 4 bytes per group)
+//   kUInt4   affine 4-bit in groups along the row (uint4_group_size: quanto's rule), scale
+//            (max-min)/15 and the group minimum, both float16; codes round((w - min) / scale)
+//            in [0, 15], two per byte (the even index in the low nibble; a row of odd length
+//            ends with a zero nibble).                (0.5 byte/weight + 4 bytes per group)
 
 #include <ATen/core/Tensor.h>
 
@@ -29,12 +28,16 @@ namespace loom {
 
 using config::QType;
 
-inline constexpr int64_t kUInt4GroupSize = 128;
+// The uint4 group for a row of `row_length` weights, as optimum-quanto's QModuleMixin picks it:
+// the first of 128, 96, 64, 32 that divides a row longer than 128; otherwise (a short row, or a
+// long one none divides) the whole row is one group. A fixed 128 would pad short rows: a 32-wide
+// Linear would pay for 128 codes.
+int64_t uint4_group_size(int64_t row_length);
 
 struct QuantizedWeight {
     QType qtype = QType::kFloat8;
     std::vector<int64_t> shape;  // the float weight's
-    at::Tensor data;             // float8 / int8 [out, rest]; uint4: uint8 [out, groups·64]
+    at::Tensor data;             // float8 / int8 [out, rest]; uint4: uint8 [out, ceil(rest/2)]
     at::Tensor scale;            // float32 [out, 1]; uint4: float16 [out, groups, 1]
     at::Tensor minimum;          // uint4: float16 [out, groups, 1]; undefined otherwise
 
