@@ -14,6 +14,7 @@
 #include "loom/model/flux_transformer.h"
 #include "loom/model/t5_encoder.h"
 #include "loom/model/tensor_file.h"
+#include "loom/model/wan_transformer.h"
 
 namespace loom {
 
@@ -333,6 +334,37 @@ FluxConfig read_flux_config(const fs::path& path) {
         r.fail("in_channels", "must be 4 x the VAE's latent channels (2x2 packing)");
     }
     return c;
+}
+
+WanConfig read_wan_config(const fs::path& path) {
+    const ConfigReader r(path);
+    WanConfig c;
+    const std::vector<int64_t> patch = r.per_block("patch_size", 3, 0);
+    if (r.has("patch_size")) std::copy(patch.begin(), patch.end(), c.patch_size.begin());
+    for (const int64_t p : c.patch_size) {
+        if (p <= 0) r.fail("patch_size", "entries must be positive");
+    }
+    c.num_attention_heads = r.integer("num_attention_heads", c.num_attention_heads);
+    c.attention_head_dim = r.integer("attention_head_dim", c.attention_head_dim);
+    c.in_channels = r.integer("in_channels", c.in_channels);
+    c.out_channels = r.integer("out_channels", c.in_channels);  // null: in_channels
+    c.text_dim = r.integer("text_dim", c.text_dim);
+    c.freq_dim = r.integer("freq_dim", c.freq_dim);
+    c.ffn_dim = r.integer("ffn_dim", c.ffn_dim);
+    c.num_layers = r.integer("num_layers", c.num_layers);
+    c.cross_attn_norm = r.boolean("cross_attn_norm", c.cross_attn_norm);
+    c.eps = r.number("eps", c.eps);
+    c.rope_max_seq_len = r.integer("rope_max_seq_len", c.rope_max_seq_len);
+    r.require_default<std::string>("qk_norm", "rms_norm_across_heads");
+    // Wan 2.1's image-to-video transformers: CLIP image tokens through added k/v projections.
+    for (const char* key : {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"}) {
+        if (r.has(key)) {
+            r.fail(key,
+                   "is set: an image-to-video Wan transformer, which loom does not support "
+                   "yet (text-to-video only)");
+        }
+    }
+    return c;  // the transformer checks that its heads split for RoPE
 }
 
 T5Config read_t5_config(const fs::path& path) {

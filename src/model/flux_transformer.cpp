@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "dit_ops.h"
 #include "loom/core/error.h"
 #include "loom/model/checkpoint.h"
 
@@ -13,43 +14,8 @@ namespace loom {
 
 namespace {
 
-// Each pair (x0, x1) of the last dimension turned a quarter: (-x1, x0) when `sign` is 1, the
-// inverse (x1, -x0) when it is -1.
-at::Tensor quarter_turn(const at::Tensor& x, double sign) {
-    auto sizes = x.sizes().vec();
-    sizes.back() /= 2;
-    sizes.push_back(2);
-    const auto parts = x.reshape(sizes).unbind(-1);
-    return at::stack({parts[1] * -sign, parts[0] * sign}, -1).flatten(-2);
-}
-
-// x [B, S, H, D] rotated by the (cos, sin) of each position: pairs (x0, x1) -> (x0 cos - x1 sin,
-// x1 cos + x0 sin), computed in float32 (apply_rotary_emb, use_real_unbind_dim=-1). One autograd
-// operation: the rotation is orthogonal, so the gradient is the inverse rotation of the output's
-// gradient, g cos + quarter_turn⁻¹(g sin), with nothing saved but the tables.
-class RopeFunction : public torch::autograd::Function<RopeFunction> {
-  public:
-    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                              const at::Tensor& cos, const at::Tensor& sin) {
-        ctx->save_for_backward({cos, sin});
-        ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
-        const at::Tensor xf = x.to(at::kFloat);
-        return at::addcmul(xf * cos, quarter_turn(xf, 1.0), sin).to(x.scalar_type());
-    }
-    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                   torch::autograd::variable_list grads) {
-        const auto saved = ctx->get_saved_variables();
-        const at::Tensor g = grads[0].to(at::kFloat);
-        const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
-        const at::Tensor dx = g * saved[0] + quarter_turn(g * saved[1], -1.0);
-        return {dx.to(dtype), at::Tensor(), at::Tensor()};
-    }
-};
-
 at::Tensor apply_rope(const at::Tensor& x, const FluxRope& rope) {
-    const at::Tensor cos = rope.cos.unsqueeze(0).unsqueeze(2);  // [1, S, 1, D]
-    const at::Tensor sin = rope.sin.unsqueeze(0).unsqueeze(2);
-    return RopeFunction::apply(x, cos, sin);
+    return dit::apply_rotary(x, rope.cos, rope.sin);
 }
 
 // [B, S, H*D] -> [B, S, H, D]
@@ -57,12 +23,7 @@ at::Tensor heads(const at::Tensor& x, int64_t head_dim) {
     return x.unflatten(-1, {-1, head_dim});
 }
 
-// Scaled dot-product attention over [B, S, H, D] tensors, back to [B, S, H*D].
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    const at::Tensor out =
-        at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
-    return out.transpose(1, 2).flatten(2, 3).to(q.scalar_type());
-}
+using dit::attend;
 
 at::Tensor layer_norm(const at::Tensor& x) {
     return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
@@ -105,16 +66,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> FluxQKV::operator()(const at::Ten
 FluxRope flux_rope(const at::Tensor& ids, const std::vector<int64_t>& axes_dim, double theta) {
     TORCH_CHECK(ids.dim() == 2 && ids.size(1) == static_cast<int64_t>(axes_dim.size()),
                 "Flux position ids must be [S, ", axes_dim.size(), "], got ", ids.sizes());
-    const at::Tensor pos = ids.to(at::kFloat).to(at::kDouble);
+    // The reference's position ids are float32.
+    const at::Tensor pos = ids.to(at::kFloat);
     std::vector<at::Tensor> cos, sin;
     for (std::size_t i = 0; i < axes_dim.size(); ++i) {
-        const int64_t dim = axes_dim[i];
-        const auto doubles = at::TensorOptions().dtype(at::kDouble).device(ids.device());
-        const at::Tensor freqs =
-            1.0 / at::pow(theta, at::arange(0, dim, 2, doubles) / static_cast<double>(dim));
-        const at::Tensor angles = at::outer(pos.select(1, static_cast<int64_t>(i)), freqs);
-        cos.push_back(angles.cos().repeat_interleave(2, 1).to(at::kFloat));
-        sin.push_back(angles.sin().repeat_interleave(2, 1).to(at::kFloat));
+        auto [c, s] =
+            dit::rotary_tables(pos.select(1, static_cast<int64_t>(i)), axes_dim[i], theta);
+        cos.push_back(std::move(c));
+        sin.push_back(std::move(s));
     }
     return {at::cat(cos, -1), at::cat(sin, -1)};
 }

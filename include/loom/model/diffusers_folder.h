@@ -26,6 +26,7 @@ class SafetensorsFile;
 struct FlowMatchConfig;
 struct FluxConfig;
 struct T5Config;
+struct WanConfig;
 class T5EncoderModelImpl;
 
 struct DiffusersComponent {
@@ -59,6 +60,9 @@ NoiseScheduleConfig read_scheduler_config(const std::filesystem::path& config_js
 FlowMatchConfig read_flow_match_config(const std::filesystem::path& config_json);
 // A FluxTransformer2DModel config.json (patch_size 1 only: Flux.1 dev and schnell).
 FluxConfig read_flux_config(const std::filesystem::path& config_json);
+// A WanTransformer3DModel config.json (Wan 2.1 text-to-video; the image-to-video keys are
+// refused as not supported yet).
+WanConfig read_wan_config(const std::filesystem::path& config_json);
 // A T5EncoderModel or UMT5EncoderModel config.json (model_type "t5" or "umt5").
 T5Config read_t5_config(const std::filesystem::path& config_json);
 
