@@ -195,8 +195,8 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
     if (!options_.scale_up || steps_on_plan_ < options_.stable_after || target_ == nullptr) {
         return false;
     }
-    // low_vram only goes up within a run (bf16 weights cannot become float32 again without a
-    // reload), so scale-up passes over it.
+    // low_vram only goes up within a run (quantized weights cannot become float32 again without
+    // a reload), so scale-up passes over it.
     auto change = std::find_if(taken_.rbegin(), taken_.rend(), [](const Taken& t) {
         return !t.pinned && t.before.low_vram == t.after.low_vram;
     });

@@ -68,9 +68,9 @@ std::optional<int> Guard::measure_candidates(const std::vector<Plan>& candidates
                         [&](const Plan& big) { return no_heavier(big, c); })) {
             continue;
         }
-        // A higher low_vram level adds casts or copies to every step; what it mostly buys back is
-        // the micro-batch. Once a plan at the job's micro-batch fits at level L, only level L+1
-        // at the job's micro-batch is still measured (bf16 or streaming can also buy back
+        // A higher low_vram level adds dequantization or copies to every step; what it mostly buys
+        // back is the micro-batch. Once a plan at the job's micro-batch fits at level L, only level
+        // L+1 at the job's micro-batch is still measured (quantizing or streaming can also buy back
         // checkpointing's recompute) and nothing above: this bounds the probe's start-up
         // (docs/BENCHMARKS.md measured the rules).
         if (best >= 0 && candidates[best].batch_size >= job_plan_.batch_size) {

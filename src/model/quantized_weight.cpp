@@ -81,6 +81,25 @@ QuantizedWeight quantize_weight(const at::Tensor& weight, QType qtype) {
     return q;
 }
 
+bool has_quantized_layout(const QuantizedWeight& q) {
+    if (q.shape.size() < 2 || !q.data.defined() || !q.scale.defined()) return false;
+    const int64_t out = q.shape[0];
+    int64_t rest = 1;
+    for (std::size_t i = 1; i < q.shape.size(); ++i) rest *= q.shape[i];
+    const auto is = [](const at::Tensor& t, at::ScalarType dtype, std::vector<int64_t> sizes) {
+        return t.defined() && t.scalar_type() == dtype && t.sizes() == at::IntArrayRef(sizes);
+    };
+    if (q.qtype == QType::kUInt4) {
+        const int64_t groups = rest / uint4_group_size(rest);
+        return is(q.data, at::kByte, {out, (rest + 1) / 2}) &&
+               is(q.scale, at::kHalf, {out, groups, 1}) &&
+               is(q.minimum, at::kHalf, {out, groups, 1});
+    }
+    const at::ScalarType codes = q.qtype == QType::kFloat8 ? at::kFloat8_e4m3fn : at::kChar;
+    return is(q.data, codes, {out, rest}) && is(q.scale, at::kFloat, {out, 1}) &&
+           !q.minimum.defined();
+}
+
 at::Tensor dequantize_weight(const QuantizedWeight& q, at::ScalarType dtype) {
     if (q.qtype != QType::kUInt4) {
         return (q.data.to(dtype) * q.scale.to(dtype)).reshape(q.shape);

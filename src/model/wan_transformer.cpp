@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "dit_ops.h"
 #include "loom/core/error.h"
 #include "loom/model/checkpoint.h"

@@ -155,7 +155,8 @@ void LowVramMode::reduce_base(bool denoiser_on_device) {
     std::size_t converted = 0;
     const std::size_t quantized_before = quantized_.size();
     const std::map<std::string, at::Tensor> cached = read_quantized_cache();
-    std::vector<std::pair<std::string, at::Tensor>> computed;
+    std::vector<std::pair<std::string, at::Tensor>> kept;  // every layer's codes, for the file
+    bool quantized_anew = false;
     std::vector<torch::nn::Module*> modules = model_.encoders();
     modules.insert(modules.begin(), &model_.denoiser());
     for (std::size_t index = 0; index < modules.size(); ++index) {
@@ -173,8 +174,8 @@ void LowVramMode::reduce_base(bool denoiser_on_device) {
                     !parts.weight->is_floating_point() || stays(*parts.weight)) {
                     continue;
                 }
-                quantize_layer(*item.value(), *parts.weight, *qtype, on_device, prefix + item.key(),
-                               cached, computed);
+                quantized_anew |= quantize_layer(*item.value(), *parts.weight, *qtype, on_device,
+                                                 prefix + item.key(), cached, kept);
             }
         }
         for (auto& p : m->parameters()) {
@@ -191,7 +192,8 @@ void LowVramMode::reduce_base(bool denoiser_on_device) {
             ++converted;
         }
     }
-    write_quantized_cache(computed);
+    // Rewritten whole when any layer was quantized anew, so the file never loses the others.
+    if (quantized_anew) write_quantized_cache(kept);
     int64_t bytes = 0;
     for (std::size_t i = quantized_before; i < quantized_.size(); ++i) {
         bytes += quantized_[i].source->bytes();
@@ -227,11 +229,11 @@ std::map<std::string, at::Tensor> LowVramMode::read_quantized_cache() const {
 }
 
 void LowVramMode::write_quantized_cache(
-    const std::vector<std::pair<std::string, at::Tensor>>& computed) const {
-    if (options_.quantized_cache.empty() || computed.empty()) return;
+    const std::vector<std::pair<std::string, at::Tensor>>& kept) const {
+    if (options_.quantized_cache.empty() || kept.empty()) return;
     try {
         std::filesystem::create_directories(options_.quantized_cache.parent_path());
-        write_tensors(options_.quantized_cache, computed);
+        write_tensors(options_.quantized_cache, kept);
         log().info("quantized weights kept in {}", options_.quantized_cache.string());
     } catch (const Error& e) {
         // Only the next restart's time is at stake: training goes on.
@@ -239,10 +241,11 @@ void LowVramMode::write_quantized_cache(
     }
 }
 
-void LowVramMode::quantize_layer(torch::nn::Module& layer, at::Tensor& weight, QType qtype,
+bool LowVramMode::quantize_layer(torch::nn::Module& layer, at::Tensor& weight, QType qtype,
                                  bool on_device, const std::string& key,
                                  const std::map<std::string, at::Tensor>& cached,
-                                 std::vector<std::pair<std::string, at::Tensor>>& computed) {
+                                 std::vector<std::pair<std::string, at::Tensor>>& kept) {
+    bool anew = false;
     QuantizedWeight q;
     at::ScalarType dtype;
     const bool channels_last = weight.dim() == 4 && weight.size(2) * weight.size(3) > 1 &&
@@ -257,12 +260,15 @@ void LowVramMode::quantize_layer(torch::nn::Module& layer, at::Tensor& weight, Q
             q.data = codes->second;
             q.scale = cached.at(key + ".scale");
             if (cached.count(key + ".minimum") != 0) q.minimum = cached.at(key + ".minimum");
-        } else {
-            q = quantize_weight(full, qtype);
-            computed.emplace_back(key + ".codes", q.data);
-            computed.emplace_back(key + ".scale", q.scale);
-            if (q.minimum.defined()) computed.emplace_back(key + ".minimum", q.minimum);
         }
+        if (!has_quantized_layout(q)) {
+            // Not cached, or cached in another layout (an older loom grouped uint4 otherwise).
+            q = quantize_weight(full, qtype);
+            anew = true;
+        }
+        kept.emplace_back(key + ".codes", q.data);
+        kept.emplace_back(key + ".scale", q.scale);
+        if (q.minimum.defined()) kept.emplace_back(key + ".minimum", q.minimum);
         // float32 layers compute in bf16 at this level, as the rest of the base; others as held.
         dtype = full.scalar_type() == at::kFloat ? at::kBFloat16 : full.scalar_type();
         if (keep_originals_) originals_.push_back({weight, full, on_device});
@@ -279,6 +285,7 @@ void LowVramMode::quantize_layer(torch::nn::Module& layer, at::Tensor& weight, Q
     auto source = std::make_shared<QuantizedFetch>(device_, std::move(q), dtype, channels_last);
     parts_of(layer).set_source(source);
     quantized_.push_back({&layer, source});
+    return anew;
 }
 
 void LowVramMode::stream_blocks() {

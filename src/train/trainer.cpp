@@ -191,10 +191,10 @@ void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
 std::optional<guard::Measurement> Trainer::measure(const guard::Plan& current,
                                                    const guard::Plan& candidate) {
     if (!probe_ || !step_runner_) return std::nullopt;
-    // A candidate with bf16 base weights from a float32 plan: the float32 weights wait on the
+    // A candidate with a quantized base from a float32 plan: the float32 weights wait on the
     // host so that the live plan comes back exactly.
-    const bool bf16_trial = candidate.low_vram >= 2 && current.low_vram < 2;
-    if (bf16_trial) low_vram_->keep_originals(true);
+    const bool quantized_trial = candidate.low_vram >= 2 && current.low_vram < 2;
+    if (quantized_trial) low_vram_->keep_originals(true);
     std::optional<guard::Measurement> m;
     std::exception_ptr failure;
     try {
@@ -207,7 +207,7 @@ std::optional<guard::Measurement> Trainer::measure(const guard::Plan& current,
     release_after_oom();
     device_->empty_cache();
     apply_plan(candidate, current);
-    if (bf16_trial) low_vram_->keep_originals(false);
+    if (quantized_trial) low_vram_->keep_originals(false);
     if (failure) {
         if (classify(failure) == OomKind::kNotOom) std::rethrow_exception(failure);
         m = guard::Measurement{false, peak, 0.0};

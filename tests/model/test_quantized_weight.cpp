@@ -71,6 +71,30 @@ TEST(QuantizedWeight, UInt4GroupsAsQuantoDoes) {
     EXPECT_EQ(dequantize_weight(odd, at::kFloat).sizes(), (c10::IntArrayRef{2, 3, 3, 3}));
 }
 
+// Codes read back from a file are used only in the layout quantize_weight gives.
+TEST(QuantizedWeight, LayoutCheckAcceptsOnlyWhatQuantizeWeightGives) {
+    const at::Tensor w = torch::randn({6, 300});
+    for (QType qtype : {QType::kFloat8, QType::kInt8, QType::kUInt4}) {
+        SCOPED_TRACE(to_string(qtype));
+        const QuantizedWeight q = quantize_weight(w, qtype);
+        EXPECT_TRUE(has_quantized_layout(q));
+        QuantizedWeight other = q;
+        other.qtype = qtype == QType::kUInt4 ? QType::kInt8 : QType::kUInt4;
+        EXPECT_FALSE(has_quantized_layout(other));
+        QuantizedWeight wider = q;
+        wider.shape = {6, 301};
+        EXPECT_FALSE(has_quantized_layout(wider));
+        QuantizedWeight rescaled = q;
+        rescaled.scale = at::cat({q.scale, q.scale}, 1);
+        EXPECT_FALSE(has_quantized_layout(rescaled));
+    }
+    // uint4 grouped in 128s and padded (the layout before quanto's rule) is refused: 300 = 1 group.
+    QuantizedWeight padded = quantize_weight(w, QType::kUInt4);
+    padded.data = at::zeros({6, 192}, at::kByte);
+    padded.scale = padded.minimum = at::ones({6, 3, 1}, at::kHalf);
+    EXPECT_FALSE(has_quantized_layout(padded));
+}
+
 TEST(QuantizedWeight, ErrorIsBoundedByTheQType) {
     torch::manual_seed(3);
     const at::Tensor w = torch::randn({32, 512});

@@ -313,6 +313,24 @@ TEST_F(LowVramModeTest, QuantizedCodesAreKeptAndReadBack) {
     }
     write_tensors(options.quantized_cache, kept);
     EXPECT_FALSE(torch::equal(place(9), first));
+    // Codes in another layout (an older loom's, or a damaged entry): that layer is quantized
+    // again while the others are read back, and the file is rewritten whole with all of them.
+    kept = read_all_tensors(options.quantized_cache);
+    at::Tensor doubled;
+    for (auto& [name, t] : kept) {
+        if (name == "denoiser.conv_in.scale") t = at::cat({t, t}, 1);  // not conv_in's layout
+        if (name == "denoiser.conv_out.scale") doubled = t = t * 2;    // read back: visible
+    }
+    ASSERT_TRUE(doubled.defined());
+    write_tensors(options.quantized_cache, kept);
+    EXPECT_FALSE(torch::equal(place(9), first));
+    std::size_t entries = 0;
+    for (const auto& [name, t] : read_all_tensors(options.quantized_cache)) {
+        ++entries;
+        if (name == "denoiser.conv_in.scale") EXPECT_EQ(t.size(1), 1) << "rewritten in its layout";
+        if (name == "denoiser.conv_out.scale") EXPECT_TRUE(torch::equal(t, doubled));
+    }
+    EXPECT_EQ(entries, kept.size());
     // A damaged file: quantized again, the same output as the first time.
     std::ofstream(options.quantized_cache, std::ios::trunc) << "not a safetensors file";
     EXPECT_TRUE(torch::equal(place(9), first));

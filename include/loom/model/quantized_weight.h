@@ -47,6 +47,10 @@ struct QuantizedWeight {
 
 // Quantizes a floating-point weight (on any device; computed in float32 there).
 QuantizedWeight quantize_weight(const at::Tensor& weight, QType qtype);
+// Whether `q`'s tensors have the dtypes and shapes quantize_weight gives a weight of `q.shape`
+// in `q.qtype`: codes read back from a file (a cache another loom wrote, or a damaged one) are
+// used only then.
+bool has_quantized_layout(const QuantizedWeight& q);
 // The weight back in `dtype`, in its original shape, on the quantized tensors' device.
 at::Tensor dequantize_weight(const QuantizedWeight& q, at::ScalarType dtype);
 

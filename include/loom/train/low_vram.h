@@ -108,13 +108,13 @@ class LowVramMode {
     // Level 2: the frozen Linear/Conv2d weights quantized, the other frozen float32 tensors to
     // bf16; the denoiser is device-resident once placed.
     void reduce_base(bool denoiser_on_device);
-    // `cached`: the codes read from the cache file by layer key; `computed` collects the new ones.
-    void quantize_layer(torch::nn::Module& layer, at::Tensor& weight, QType qtype, bool on_device,
+    // `cached`: the codes read from the cache file by layer key, used when their layout fits;
+    // `kept` collects every layer's codes. Returns whether the layer was quantized anew.
+    bool quantize_layer(torch::nn::Module& layer, at::Tensor& weight, QType qtype, bool on_device,
                         const std::string& key, const std::map<std::string, at::Tensor>& cached,
-                        std::vector<std::pair<std::string, at::Tensor>>& computed);
+                        std::vector<std::pair<std::string, at::Tensor>>& kept);
     std::map<std::string, at::Tensor> read_quantized_cache() const;
-    void write_quantized_cache(
-        const std::vector<std::pair<std::string, at::Tensor>>& computed) const;
+    void write_quantized_cache(const std::vector<std::pair<std::string, at::Tensor>>& kept) const;
     // Whether placement leaves `t` where it is: a streamed weight, a quantized layer's placeholder.
     bool stays(const at::Tensor& t) const;
     // The source of a quantized layer, or nullptr.
