@@ -15,6 +15,7 @@
 #include "loom/model/t5_encoder.h"
 #include "loom/model/tensor_file.h"
 #include "loom/model/wan_transformer.h"
+#include "loom/model/wan_vae.h"
 
 namespace loom {
 
@@ -365,6 +366,83 @@ WanConfig read_wan_config(const fs::path& path) {
         }
     }
     return c;  // the transformer checks that its heads split for RoPE
+}
+
+WanVAEConfig read_wan_vae_config(const fs::path& path) {
+    const ConfigReader r(path);
+    WanVAEConfig c;
+    c.base_dim = r.integer("base_dim", c.base_dim);
+    c.decoder_base_dim = r.integer("decoder_base_dim", c.base_dim);  // null: base_dim
+    c.z_dim = r.integer("z_dim", c.z_dim);
+    c.num_res_blocks = r.integer("num_res_blocks", c.num_res_blocks);
+    c.in_channels = r.integer("in_channels", c.in_channels);
+    c.out_channels = r.integer("out_channels", c.out_channels);
+    if (r.has("dim_mult")) {
+        const json& v = r.raw()["dim_mult"];
+        if (!v.is_array() || v.empty()) r.fail("dim_mult", "must be a non-empty list of integers");
+        c.dim_mult.clear();
+        for (const json& e : v) {
+            if (!e.is_number_integer() || e.get<int64_t>() < 1) {
+                r.fail("dim_mult", "must be a list of positive integers");
+            }
+            c.dim_mult.push_back(e.get<int64_t>());
+        }
+    }
+    if (r.has("temperal_downsample")) {
+        const json& v = r.raw()["temperal_downsample"];
+        if (!v.is_array()) r.fail("temperal_downsample", "must be a list of true/false");
+        c.temperal_downsample.clear();
+        for (const json& e : v) {
+            if (!e.is_boolean()) r.fail("temperal_downsample", "must be a list of true/false");
+            c.temperal_downsample.push_back(e.get<bool>());
+        }
+    }
+    if (c.temperal_downsample.size() + 1 != c.dim_mult.size()) {
+        r.fail("temperal_downsample", "needs one entry per downsampling level (" +
+                                          std::to_string(c.dim_mult.size() - 1) +
+                                          ", one fewer than dim_mult)");
+    }
+    const auto per_channel = [&](const char* key, std::vector<double> fallback) {
+        std::vector<double> out = std::move(fallback);
+        if (r.has(key)) {
+            const json& v = r.raw()[key];
+            if (!v.is_array()) r.fail(key, "must be a list of numbers");
+            out.clear();
+            for (const json& e : v) {
+                if (!e.is_number()) r.fail(key, "must be a list of numbers");
+                out.push_back(e.get<double>());
+            }
+        }
+        if (static_cast<int64_t>(out.size()) != c.z_dim) {
+            r.fail(key, "has " + std::to_string(out.size()) + " entries; z_dim is " +
+                            std::to_string(c.z_dim));
+        }
+        return out;
+    };
+    c.latents_mean = per_channel("latents_mean", wan21_latents_mean());
+    c.latents_std = per_channel("latents_std", wan21_latents_std());
+    for (const double s : c.latents_std) {
+        if (s <= 0) r.fail("latents_std", "entries must be positive");
+    }
+    if (r.has("attn_scales") && !r.raw()["attn_scales"].empty()) {
+        r.fail("attn_scales",
+               "is not empty; loom's Wan VAE has attention in its middle blocks "
+               "only, as Wan 2.1's");
+    }
+    // Wan 2.2's VAE (TI2V-5B): residual up and down blocks over 2x2-patchified frames.
+    r.require_default<bool>("is_residual", false);
+    r.require_null("patch_size");
+    if (r.integer("scale_factor_temporal", c.temporal_compression()) != c.temporal_compression()) {
+        r.fail("scale_factor_temporal", "disagrees with temperal_downsample (" +
+                                            std::to_string(c.temporal_compression()) +
+                                            " frames per latent frame)");
+    }
+    if (r.integer("scale_factor_spatial", c.spatial_compression()) != c.spatial_compression()) {
+        r.fail("scale_factor_spatial", "disagrees with dim_mult (" +
+                                           std::to_string(c.spatial_compression()) +
+                                           " pixels per latent cell)");
+    }
+    return c;
 }
 
 T5Config read_t5_config(const fs::path& path) {

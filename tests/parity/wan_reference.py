@@ -6,6 +6,10 @@ with diffusers, never downloaded, and its outputs.
   cases/wan_transformer.*  its prediction for a 3-frame 8x6 latent clip and a 1-frame one, and
                      the gradient of a loss on it with respect to the clip (the backward path
                      loom trains through)
+  wan/vae/           a tiny AutoencoderKLWan (Wan 2.1 layout: 4x in time, 8x in space)
+  cases/wan_vae.*    its latent distribution for a 9-frame 16x24 clip (three chunks, so every
+                     causal cache is used) and a one-frame image, the decoding of 3 latent
+                     frames, and the pipeline's latent normalisation
 Everything is float32 on the CPU.
 """
 import os
@@ -14,7 +18,7 @@ import torch
 
 from reference_cases import save_case
 
-from diffusers import WanTransformer3DModel
+from diffusers import AutoencoderKLWan, WanTransformer3DModel
 
 LATENT_CHANNELS = 4
 
@@ -35,7 +39,40 @@ def transformer():
     return model
 
 
+def vae():
+    torch.manual_seed(23)
+    model = AutoencoderKLWan(base_dim=8, z_dim=LATENT_CHANNELS, dim_mult=[1, 2, 2, 2],
+                             num_res_blocks=1, temperal_downsample=[False, True, True],
+                             latents_mean=[0.3, -0.2, 0.1, -0.5],
+                             latents_std=[1.5, 0.7, 2.0, 1.1]).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def build_vae(out, cases):
+    model = vae()
+    model.save_pretrained(os.path.join(out, "wan", "vae"), safe_serialization=True)
+    g = torch.Generator().manual_seed(231)
+    clip = torch.rand(2, 3, 9, 16, 24, generator=g) * 2 - 1
+    image = clip[:1, :, :1].clone()
+    latents = torch.randn(2, LATENT_CHANNELS, 3, 2, 3, generator=g)
+    dist = model.encode(clip).latent_dist
+    still = model.encode(image).latent_dist
+    decoded = model.decode(latents).sample
+    # WanPipeline's normalisation (and ai-toolkit's): (z - mean) * (1 / std).
+    mean = torch.tensor(model.config.latents_mean).view(1, -1, 1, 1, 1)
+    inv_std = 1.0 / torch.tensor(model.config.latents_std).view(1, -1, 1, 1, 1)
+    save_case(cases, "wan_vae",
+              {"clip": clip, "image": image, "latents": latents},
+              {"mean": dist.mean, "logvar": dist.logvar, "image_mean": still.mean,
+               "image_logvar": still.logvar, "decoded": decoded,
+               "normalized": (latents - mean) * inv_std})
+
+
 def build(out, cases):
+    build_vae(out, cases)
     model = transformer()
     model.save_pretrained(os.path.join(out, "wan", "transformer"), safe_serialization=True)
     g = torch.Generator().manual_seed(191)

@@ -27,6 +27,7 @@ struct FlowMatchConfig;
 struct FluxConfig;
 struct T5Config;
 struct WanConfig;
+struct WanVAEConfig;
 class T5EncoderModelImpl;
 
 struct DiffusersComponent {
@@ -63,6 +64,9 @@ FluxConfig read_flux_config(const std::filesystem::path& config_json);
 // A WanTransformer3DModel config.json (Wan 2.1 text-to-video; the image-to-video keys are
 // refused as not supported yet).
 WanConfig read_wan_config(const std::filesystem::path& config_json);
+// An AutoencoderKLWan config.json (Wan 2.1's VAE; Wan 2.2's residual, patchified VAE is refused
+// as not supported yet). Without latents_mean / latents_std, Wan 2.1's values (z_dim 16).
+WanVAEConfig read_wan_vae_config(const std::filesystem::path& config_json);
 // A T5EncoderModel or UMT5EncoderModel config.json (model_type "t5" or "umt5").
 T5Config read_t5_config(const std::filesystem::path& config_json);
 
