@@ -34,6 +34,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format python3-venv
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcxxopts-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libstb-dev libwebp-dev libsqlitecpp-dev libsqlite3-dev
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video datasets (data/video.h)
   chromium-headless-shell  # the run report's browser test (tests/report/test_report_browser.sh)
 )
 

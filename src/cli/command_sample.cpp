@@ -22,6 +22,7 @@
 #include "loom/model/model_location.h"
 #include "loom/model/preview_sampler.h"
 #include "loom/model/single_file.h"
+#include "loom/model/wan_preview_sampler.h"
 #include "options.h"
 
 namespace loom::cli {
@@ -45,12 +46,13 @@ cxxopts::Options sample_options() {
         "width", "Width in pixels", cxxopts::value<long long>()->default_value("512"), "PX")(
         "height", "Height in pixels", cxxopts::value<long long>()->default_value("512"), "PX")(
         "guidance",
-        "Guidance scale: classifier-free (SD, default 7) or Flux dev's distilled one "
-        "(default 3.5)",
-        cxxopts::value<double>(), "X")(
-        "sampler", "ddim or euler (SD only)", cxxopts::value<std::string>()->default_value("ddim"),
-        "NAME")("max-sequence-length", "Flux: T5 tokens per prompt (the pipeline's 512)",
-                cxxopts::value<long long>()->default_value("512"), "N")(
+        "Guidance scale: classifier-free (SD, default 7; Wan, default 5) or Flux dev's "
+        "distilled one (default 3.5)",
+        cxxopts::value<double>(), "X")("sampler", "ddim or euler (SD only)",
+                                       cxxopts::value<std::string>()->default_value("ddim"),
+                                       "NAME")(
+        "max-sequence-length", "Flux and Wan: T5 / UMT5 tokens per prompt (the pipelines' 512)",
+        cxxopts::value<long long>()->default_value("512"), "N")(
         "device", "cuda, cuda:N, cpu or sim", cxxopts::value<std::string>()->default_value("cpu"),
         "DEVICE")("vram", "Memory cap (the sim budget; default: none)",
                   cxxopts::value<std::string>(), "SIZE")(
@@ -112,6 +114,31 @@ std::vector<at::Tensor> sample_flux(const std::filesystem::path& model_dir,
                                   static_cast<std::size_t>(tokens));
 }
 
+// Wan 2.1: the flow-matching Euler sampler with classifier-free guidance (--neg is the negative
+// prompt); each image is a one-frame clip.
+std::vector<at::Tensor> sample_wan(const std::filesystem::path& model_dir,
+                                   const cxxopts::ParseResult& parsed,
+                                   const std::vector<PreviewRequest>& requests,
+                                   const Device& device) {
+    if (parsed.count("sampler")) {
+        throw UsageError(
+            "loom sample: --sampler does not apply to Wan, which samples with the "
+            "flow-matching Euler sampler");
+    }
+    const long long tokens = parsed["max-sequence-length"].as<long long>();
+    if (tokens < 1) throw UsageError("loom sample: --max-sequence-length must be at least 1");
+    WanModel model = load_wan(model_dir);
+    to_device({model.transformer.get(), model.vae.get(), model.text_encoder.get()}, device);
+    std::optional<LoRANetwork> lora;
+    if (parsed.count("lora")) {
+        lora.emplace(load_lora_network(*model.transformer, parsed["lora"].as<std::string>(),
+                                       LoRAModel::kWanTransformer));
+        lora->set_multiplier(parsed["lora-scale"].as<double>());
+    }
+    return generate_wan_previews(model, requests, PreviewOptions{}, device.torch_device(),
+                                 static_cast<std::size_t>(tokens));
+}
+
 int run_sample(const std::vector<std::string>& args) {
     cxxopts::Options options = sample_options();
     const cxxopts::ParseResult parsed = parse_options(options, "sample", args);
@@ -122,8 +149,9 @@ int run_sample(const std::vector<std::string>& args) {
     if (parsed.count("vram")) vram = parse_byte_size(parsed["vram"].as<std::string>());
     auto device = open_device(parse_device_spec(parsed["device"].as<std::string>()), vram);
     const std::filesystem::path model_dir = locate_model(parsed["model"].as<std::string>());
-    const bool flux =
-        !is_single_file_checkpoint(model_dir) && is_flux_pipeline(read_diffusers_folder(model_dir));
+    const bool folder = !is_single_file_checkpoint(model_dir);
+    const bool flux = folder && is_flux_pipeline(read_diffusers_folder(model_dir));
+    const bool wan = folder && is_wan_pipeline(read_diffusers_folder(model_dir));
     std::vector<PreviewRequest> requests;
     const auto prompts = parsed["prompt"].as<std::vector<std::string>>();
     for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -134,8 +162,10 @@ int run_sample(const std::vector<std::string>& args) {
         r.steps = parsed["steps"].as<long long>();
         r.width = parsed["width"].as<long long>();
         r.height = parsed["height"].as<long long>();
-        r.guidance_scale =
-            parsed.count("guidance") ? parsed["guidance"].as<double>() : (flux ? 3.5 : 7.0);
+        r.guidance_scale = parsed.count("guidance") ? parsed["guidance"].as<double>()
+                                                    : (flux  ? 3.5
+                                                       : wan ? 5.0
+                                                             : 7.0);  // the pipelines' defaults
         if (r.steps < 1 || r.width < 8 || r.height < 8) {
             throw UsageError(
                 "loom sample: --steps must be at least 1 and --width/--height at "
@@ -143,8 +173,9 @@ int run_sample(const std::vector<std::string>& args) {
         }
         requests.push_back(r);
     }
-    const std::vector<at::Tensor> images = flux ? sample_flux(model_dir, parsed, requests, *device)
-                                                : sample_sd(model_dir, parsed, requests, *device);
+    const std::vector<at::Tensor> images = flux  ? sample_flux(model_dir, parsed, requests, *device)
+                                           : wan ? sample_wan(model_dir, parsed, requests, *device)
+                                                 : sample_sd(model_dir, parsed, requests, *device);
     const std::filesystem::path out = parsed["out"].as<std::string>();
     std::filesystem::create_directories(out);
     for (std::size_t i = 0; i < images.size(); ++i) {

@@ -110,13 +110,17 @@ class Resolver {
     }
 
     // The keys whose meaning depends on the model family: SD trains with DDPM and samples with
-    // its schedulers; Flux trains with flow matching, samples with the flow-matching Euler
-    // sampler and saves its LoRA in diffusers' layout (the kohya one has no Flux names in loom).
+    // its schedulers; Flux and Wan train with flow matching, sample with the flow-matching Euler
+    // sampler and save their LoRA in diffusers' layout (the kohya one has no transformer names
+    // in loom).
     void resolve_family_keys(ProcessConfig& p, const std::string& path) {
         const std::string scheduler = path + ".train.noise_scheduler";
         const std::string sampler = path + ".sample.sampler";
         const std::string format = path + ".save.format";
-        if (*p.model.arch != "flux") {
+        const std::string& arch = *p.model.arch;
+        const char* family = arch == "flux" ? "Flux" : arch == "wan21" ? "Wan" : nullptr;
+        warn_video_keys(p, path);
+        if (family == nullptr) {
             if (p.train.noise_scheduler == "flowmatch") {
                 warn(DiagnosticKind::kNotSupportedYet, scheduler,
                      scheduler + " 'flowmatch' is not supported yet for '" + *p.model.arch +
@@ -132,22 +136,21 @@ class Resolver {
         }
         if (was_given(scheduler) && p.train.noise_scheduler != "flowmatch") {
             warn(DiagnosticKind::kNote, scheduler,
-                 scheduler + " '" + p.train.noise_scheduler +
-                     "' does not apply to Flux, which trains with flow matching (flowmatch)");
+                 scheduler + " '" + p.train.noise_scheduler + "' does not apply to " + family +
+                     ", which trains with flow matching (flowmatch)");
         }
         p.train.noise_scheduler = "flowmatch";
         const std::string module_set = path + ".network.network_kwargs.module_set";
         if (was_given(module_set)) {
             warn(DiagnosticKind::kNote, module_set,
-                 module_set +
-                     " chooses among UNet module sets and does not apply to Flux, whose LoRA "
-                     "targets every Linear of the transformer blocks (ai-toolkit's set)");
+                 module_set + " chooses among UNet module sets and does not apply to " + family +
+                     ", whose LoRA targets every Linear of the transformer blocks (ai-toolkit's "
+                     "set)");
         }
         if (was_given(sampler) && p.sample.sampler != "flowmatch") {
             warn(DiagnosticKind::kNote, sampler,
-                 sampler + " '" + p.sample.sampler +
-                     "' does not apply to Flux, which samples with the flow-matching Euler "
-                     "sampler (flowmatch)");
+                 sampler + " '" + p.sample.sampler + "' does not apply to " + family +
+                     ", which samples with the flow-matching Euler sampler (flowmatch)");
         }
         static const char* const kFlowTimesteps[] = {"sigmoid", "linear", "shift", "flux_shift",
                                                      "lognorm_blend"};
@@ -155,17 +158,37 @@ class Resolver {
         if (std::find(std::begin(kFlowTimesteps), std::end(kFlowTimesteps),
                       p.train.timestep_type) == std::end(kFlowTimesteps)) {
             warn(DiagnosticKind::kNotSupportedYet, timesteps,
-                 timesteps + " '" + p.train.timestep_type +
-                     "' is not supported yet: loom draws Flux timesteps with 'sigmoid' instead");
+                 timesteps + " '" + p.train.timestep_type + "' is not supported yet: loom draws " +
+                     family + " timesteps with 'sigmoid' instead");
             p.train.timestep_type = "sigmoid";
         }
         if (p.save.format == std::string("kohya")) {
-            fail(format, format +
-                             " 'kohya' is not available for Flux: loom saves Flux LoRAs in "
-                             "diffusers' layout (transformer.….lora_A/lora_B), which ai-toolkit "
-                             "writes and diffusers and ComfyUI load; remove the key or use 'peft'");
+            fail(format, format + " 'kohya' is not available for " + family + ": loom saves " +
+                             family +
+                             " LoRAs in diffusers' layout (transformer.….lora_A/lora_B), which "
+                             "diffusers and ComfyUI load; remove the key or use 'peft'");
         }
         p.save.format = "peft";
+    }
+
+    // Frames: loom trains on images (a video model sees each as a one-frame clip) until video
+    // datasets land; previews have frames with a video model (Wan) only.
+    void warn_video_keys(const ProcessConfig& p, const std::string& path) {
+        for (std::size_t i = 0; i < p.datasets.size(); ++i) {
+            const std::string key = path + ".datasets." + std::to_string(i) + ".num_frames";
+            if (p.datasets[i].num_frames > 1) {
+                warn(DiagnosticKind::kNotSupportedYet, key,
+                     key + " " + std::to_string(p.datasets[i].num_frames) +
+                         ": video datasets are not supported yet; loom trains on the dataset's "
+                         "images, each a one-frame clip");
+            }
+        }
+        if (p.sample.num_frames > 1 && *p.model.arch != "wan21") {
+            const std::string key = path + ".sample.num_frames";
+            warn(DiagnosticKind::kNote, key,
+                 key + " " + std::to_string(p.sample.num_frames) + " does not apply to '" +
+                     *p.model.arch + "', an image model: its previews are images");
+        }
     }
 
     void check_device(const std::string& device, const std::string& path) const {

@@ -9,14 +9,17 @@ namespace loom {
 namespace {
 
 // kohya's ss_base_model_version and ss_network_module for the archs loom trains (sd-scripts'
-// flux_train_network.py writes "flux1" and networks.lora_flux).
+// flux_train_network.py writes "flux1" and networks.lora_flux; for Wan, ai-toolkit's base model
+// version "wan_2.1" and musubi-tuner's networks.lora_wan).
 const char* base_model_version(const std::string& arch) {
     if (arch == "flux") return "flux1";
+    if (arch == "wan21") return "wan_2.1";
     return arch == "sdxl" ? "sdxl_base_v1-0" : "sd_v1";
 }
 
 const char* network_module(const std::string& arch) {
-    return arch == "flux" ? "networks.lora_flux" : "networks.lora";
+    if (arch == "flux") return "networks.lora_flux";
+    return arch == "wan21" ? "networks.lora_wan" : "networks.lora";
 }
 
 }  // namespace

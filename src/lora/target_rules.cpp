@@ -39,7 +39,7 @@ bool is_flux_block_linear(const std::string& path) {
 }  // namespace
 
 const char* lora_file_prefix(LoRAModel model) {
-    return model == LoRAModel::kFluxTransformer ? "transformer" : "unet";
+    return model == LoRAModel::kUNet ? "unet" : "transformer";
 }
 
 std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name) {
@@ -49,9 +49,16 @@ std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name) {
 }
 
 bool is_lora_target(const std::string& path, LayerKind kind, const TargetRules& rules) {
-    const bool selected = rules.model == LoRAModel::kFluxTransformer
-                              ? kind == LayerKind::kLinear && is_flux_block_linear(path)
-                              : is_unet_target(path, kind, rules);
+    bool selected = false;
+    switch (rules.model) {
+        case LoRAModel::kFluxTransformer:
+            selected = kind == LayerKind::kLinear && is_flux_block_linear(path);
+            break;
+        case LoRAModel::kWanTransformer:
+            selected = kind == LayerKind::kLinear && path.rfind("blocks.", 0) == 0;
+            break;
+        case LoRAModel::kUNet: selected = is_unet_target(path, kind, rules); break;
+    }
     if (!selected) return false;
     if (!rules.only_if_contains.empty() && !contains_any(path, rules.only_if_contains))
         return false;

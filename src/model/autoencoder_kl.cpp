@@ -124,6 +124,11 @@ at::Tensor VAEDecoderImpl::forward(const at::Tensor& z) {
     return conv_out(at::silu(conv_norm_out(h)));
 }
 
+at::Tensor scaled_latents(const VAEConfig& config, const at::Tensor& z) {
+    const at::Tensor shifted = config.shift_factor ? z - *config.shift_factor : z;
+    return shifted * config.scaling_factor;
+}
+
 at::Tensor LatentDistribution::sample(const std::optional<at::Generator>& generator) const {
     const at::Tensor std = at::exp(0.5 * logvar);
     return mean + std * at::randn(mean.sizes(), generator, mean.options());

@@ -162,6 +162,20 @@ DiffusersFolder read_diffusers_folder(const fs::path& root) {
     return folder;
 }
 
+void DiffusersFolder::require(const std::vector<std::string>& needed) const {
+    for (const std::string& component : needed) {
+        std::error_code ec;
+        if (!has(component)) {
+            throw FormatError((root / "model_index.json").string(),
+                              "has no '" + component + "' component");
+        }
+        if (!fs::is_directory(dir(component), ec)) {
+            throw IoError(dir(component).string(),
+                          "does not exist (model_index.json lists '" + component + "')");
+        }
+    }
+}
+
 UNetConfig read_unet_config(const fs::path& path) {
     const ConfigReader r(path);
     UNetConfig c;

@@ -125,6 +125,29 @@ FlowMatchEulerSampler::FlowMatchEulerSampler(const FlowMatchConfig& c, int64_t s
     sigmas_ = at::cat({shifted, at::zeros({1}, kFloat)});
 }
 
+FlowMatchEulerSampler FlowMatchEulerSampler::scheduler_spaced(const FlowMatchConfig& c,
+                                                              int64_t steps) {
+    if (steps < 1) throw Error("flow matching sampler: at least one step");
+    if (c.use_dynamic_shifting) {
+        throw Error("flow matching sampler: the scheduler's own spacing needs a fixed shift");
+    }
+    // __init__: the training sigmas (N..1) / N shifted in float32; the last is sigma_min, the
+    // first (1, which the shift keeps) sigma_max.
+    const auto n = static_cast<float>(c.num_train_timesteps);
+    const double sigma_min =
+        flow_match_shift_sigmas(at::full({1}, 1.0f, kFloat) / n, c, std::nullopt).item<double>();
+    const double t_max = static_cast<double>(c.num_train_timesteps);
+    // set_timesteps: np.linspace(t_max, t_min, steps) / N, shifted, all in float64.
+    const at::Tensor sigmas =
+        at::linspace(t_max, sigma_min * t_max, steps, at::TensorOptions().dtype(at::kDouble)) /
+        t_max;
+    const at::Tensor shifted = (c.shift * sigmas / (1.0 + (c.shift - 1.0) * sigmas)).to(kFloat);
+    FlowMatchEulerSampler sampler;
+    sampler.timesteps_ = shifted * static_cast<float>(c.num_train_timesteps);
+    sampler.sigmas_ = at::cat({shifted, at::zeros({1}, kFloat)});
+    return sampler;
+}
+
 at::Tensor FlowMatchEulerSampler::step(const at::Tensor& model_output, int64_t index,
                                        const at::Tensor& sample) const {
     TORCH_CHECK(index >= 0 && index < steps(), "flow matching step ", index, " of ", steps());

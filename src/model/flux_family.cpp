@@ -35,6 +35,18 @@ int64_t FluxFamily::bucket_divisibility() const {
     return find_arch_spec("flux")->bucket_divisibility;
 }
 
+LatentDistribution FluxFamily::encode_pixels(const at::Tensor& pixels) {
+    return model_.vae->encode(pixels);
+}
+
+at::Tensor FluxFamily::training_latents(const at::Tensor& z) const {
+    return scaled_latents(model_.vae->config(), z);
+}
+
+at::ScalarType FluxFamily::vae_dtype() {
+    return model_.vae->parameters().front().scalar_type();
+}
+
 TextConditioning FluxFamily::encode_prompts(const std::vector<std::string>& prompts) {
     return model_.encode_prompts(prompts, kMaxSequenceLength);
 }

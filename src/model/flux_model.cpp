@@ -41,16 +41,7 @@ FluxModel load_flux(const std::filesystem::path& root, const FluxLoadOptions& o)
     if (o.load_text_encoders) {
         needed.insert(needed.end(), {"text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"});
     }
-    for (const std::string& component : needed) {
-        std::error_code ec;
-        if (!flux.folder.has(component)) {
-            throw FormatError(index.string(), "has no '" + component + "' component");
-        }
-        if (!std::filesystem::is_directory(flux.folder.dir(component), ec)) {
-            throw IoError(flux.folder.dir(component).string(),
-                          "does not exist (model_index.json lists '" + component + "')");
-        }
-    }
+    flux.folder.require(needed);
     flux.scheduler = read_flow_match_config(flux.folder.dir("scheduler") / "scheduler_config.json");
     flux.transformer = load_flux_transformer(flux.folder, o.dtype);
     if (o.load_vae) flux.vae = load_vae(flux.folder, o.dtype);

@@ -30,6 +30,18 @@ int64_t StableDiffusionFamily::bucket_divisibility() const {
     return find_arch_spec(model_.arch)->bucket_divisibility;
 }
 
+LatentDistribution StableDiffusionFamily::encode_pixels(const at::Tensor& pixels) {
+    return model_.vae->encode(pixels);
+}
+
+at::Tensor StableDiffusionFamily::training_latents(const at::Tensor& z) const {
+    return scaled_latents(model_.vae->config(), z);
+}
+
+at::ScalarType StableDiffusionFamily::vae_dtype() {
+    return model_.vae->parameters().front().scalar_type();
+}
+
 TextConditioning StableDiffusionFamily::encode_prompts(const std::vector<std::string>& prompts) {
     return model_.encode_prompts(prompts);
 }

@@ -14,6 +14,8 @@ const std::vector<ArchSpec>& arch_registry() {
         {"sdxl", "StableDiffusionXLPipeline", true, 16, true, true},
         // Loaded by load_flux (flux_model.h), trained through FluxFamily (flux_family.h).
         {"flux", "FluxPipeline", true, 32, true, false},
+        // Loaded by load_wan (wan_model.h), trained through WanFamily (wan_family.h).
+        {"wan21", "WanPipeline", false, 16, true, true, true},
     };
     return kArchs;
 }
@@ -28,6 +30,7 @@ const ArchSpec* find_arch_spec(const std::string& name) {
 std::string detect_arch(const DiffusersFolder& folder) {
     if (folder.pipeline_class == "StableDiffusionXLPipeline") return "sdxl";
     if (folder.pipeline_class == "FluxPipeline") return "flux";
+    if (folder.pipeline_class == "WanPipeline") return "wan21";
     if (folder.pipeline_class == "StableDiffusionPipeline") {
         const CLIPTextConfig te =
             read_clip_text_config(folder.dir("text_encoder") / "config.json", false);
@@ -36,7 +39,7 @@ std::string detect_arch(const DiffusersFolder& folder) {
     throw FormatError((folder.root / "model_index.json").string(),
                       "pipeline class '" + folder.pipeline_class +
                           "' is not one loom loads (StableDiffusionPipeline, "
-                          "StableDiffusionXLPipeline, FluxPipeline)");
+                          "StableDiffusionXLPipeline, FluxPipeline, WanPipeline)");
 }
 
 TextConditioning StableDiffusion::encode_prompts(const std::vector<std::string>& prompts) {

@@ -7,15 +7,27 @@
 #include "loom/model/flux_model.h"
 #include "loom/model/model_location.h"
 #include "loom/model/single_file.h"
+#include "loom/model/wan_model.h"
 
 namespace loom {
 
 namespace {
 
-// The family an arch belongs to: the folder must hold the same one (an SD job given a Flux
+// The pipeline family of an arch, and of a folder: they must agree (an SD job given a Flux
 // folder would otherwise train something else than the job says).
-bool is_flux_arch(const std::string& arch) {
-    return arch == "flux";
+const char* family_of_arch(const std::string& arch) {
+    if (arch == "flux") return "Flux.1";
+    if (arch == "wan21") return "Wan 2.1";
+    return "Stable Diffusion";
+}
+
+const char* family_of_folder(const std::string& path) {
+    // A single file is an SD 1.x / SDXL checkpoint (model/single_file.h), or refused there.
+    if (is_single_file_checkpoint(path)) return "Stable Diffusion";
+    const DiffusersFolder folder = read_diffusers_folder(path);
+    if (is_flux_pipeline(folder)) return "Flux.1";
+    if (is_wan_pipeline(folder)) return "Wan 2.1";
+    return "Stable Diffusion";
 }
 
 }  // namespace
@@ -24,18 +36,16 @@ std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& proce
     const std::string& arch = *process.model.arch;
     const ArchSpec* spec = find_arch_spec(arch);
     if (spec == nullptr || !spec->trainable) {
-        throw ConfigError("", "config.process.model.arch",
-                          "model.arch '" + arch + "' is not one loom can train (sd1, sdxl, flux)");
+        throw ConfigError(
+            "", "config.process.model.arch",
+            "model.arch '" + arch + "' is not one loom can train (sd1, sdxl, flux, wan21)");
     }
     // A folder, or a hub id found in the local Hugging Face cache.
     const std::string path = locate_model(process.model.name_or_path).string();
-    // A single file is an SD 1.x / SDXL checkpoint (model/single_file.h), or refused there.
-    const bool flux_folder =
-        !is_single_file_checkpoint(path) && is_flux_pipeline(read_diffusers_folder(path));
-    if (flux_folder != is_flux_arch(arch)) {
+    const std::string folder_family = family_of_folder(path);
+    if (folder_family != family_of_arch(arch)) {
         throw ConfigError("", "config.process.model.arch",
-                          "model.arch '" + arch + "' but " + path + " holds a " +
-                              (flux_folder ? "Flux.1" : "Stable Diffusion") +
+                          "model.arch '" + arch + "' but " + path + " holds a " + folder_family +
                               " pipeline; set model.arch (or is_flux/is_xl) to the folder's model");
     }
     FamilyLoadOptions options;

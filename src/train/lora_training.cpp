@@ -33,6 +33,7 @@ LoRAFileLayout file_layout(config::LoRAKeyLayout layout) {
 LoRAModel lora_model_of(DenoiserKind kind) {
     switch (kind) {
         case DenoiserKind::kFluxTransformer: return LoRAModel::kFluxTransformer;
+        case DenoiserKind::kWanTransformer: return LoRAModel::kWanTransformer;
         case DenoiserKind::kUNet: break;
     }
     return LoRAModel::kUNet;

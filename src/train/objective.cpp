@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "loom/data/rng.h"
 #include "loom/device/device.h"
@@ -66,8 +67,10 @@ NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<st
         at::Generator gen = at::detail::createCPUGenerator(data::mix_seed(seed, step_seed, slot));
         b.slot_noise.push_back(at::randn(x0.sizes().slice(1), gen, at::kFloat));
         if (flow_) {
-            // ai-toolkit's table for the image's packed token count, one index from it.
-            const int64_t tokens = (x0.size(2) / 2) * (x0.size(3) / 2);
+            // ai-toolkit's table for the packed token count (2x2 patches of each frame of a
+            // clip [B, C, F, h, w]), one index from it.
+            const int64_t frames = x0.dim() == 5 ? x0.size(2) : 1;
+            const int64_t tokens = frames * (x0.size(-2) / 2) * (x0.size(-1) / 2);
             b.slot_timesteps.push_back(
                 flow_match_sample_timesteps(options_.timestep_type, *flow_, tokens, 1, gen)
                     .item<double>());
@@ -79,7 +82,10 @@ NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<st
         if (options_.noise_offset > 0) {
             at::Generator off = at::detail::createCPUGenerator(
                 data::mix_seed(seed, step_seed, kOffsetStream + slot));
-            b.slot_offsets.push_back(at::randn({x0.size(1), 1, 1}, off, at::kFloat));
+            // One offset per channel, over every frame and pixel.
+            std::vector<int64_t> shape(static_cast<std::size_t>(x0.dim() - 1), 1);
+            shape[0] = x0.size(1);
+            b.slot_offsets.push_back(at::randn(shape, off, at::kFloat));
         }
     }
     b.noise = device.to_device(at::stack(b.slot_noise));

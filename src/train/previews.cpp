@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "loom/data/animation.h"
 #include "loom/data/image.h"
 #include "loom/lora/lora_network.h"
 #include "loom/model/family.h"
@@ -21,6 +22,19 @@ std::string epoch_milliseconds() {
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
     return std::to_string(ms);
+}
+
+// A clip as an animated WebP beside its first frame's PNG (ai-toolkit writes video samples as
+// animated WebP); without libwebp's animation encoder, as one PNG per frame.
+void write_clip(const std::filesystem::path& stem, const std::vector<data::Image>& frames,
+                int fps) {
+    if (data::animated_webp_supported()) {
+        data::write_animated_webp(stem.string() + ".webp", frames, fps);
+        return;
+    }
+    for (std::size_t f = 0; f < frames.size(); ++f) {
+        data::write_png(stem.string() + "_frame" + std::to_string(f) + ".png", frames[f]);
+    }
 }
 
 // The LoRA in sampling mode for the scope: no dropout, the sampling multiplier.
@@ -63,6 +77,7 @@ std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& proces
         r.height = sc.height;
         r.steps = sc.sample_steps;
         r.guidance_scale = sc.guidance_scale;
+        r.frames = sc.num_frames;
         const std::size_t legacy = sc.prompts.size();
         if (i >= legacy) {
             const config::SampleItem& item = sc.samples[i - legacy];
@@ -72,6 +87,7 @@ std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& proces
             if (item.seed) r.seed = *item.seed;
             if (item.guidance_scale) r.guidance_scale = *item.guidance_scale;
             if (item.sample_steps) r.steps = *item.sample_steps;
+            if (item.num_frames) r.frames = *item.num_frames;
         }
         requests.push_back(r);
     }
@@ -85,6 +101,7 @@ std::vector<at::Tensor> render_previews(const PreviewModel& preview,
     for (PreviewRequest& r : requests) {
         r.width = std::min<int64_t>(r.width, sp.width);
         r.height = std::min<int64_t>(r.height, sp.height);
+        r.frames = std::min<int64_t>(r.frames, sp.frames);  // the preview-frames rung
     }
     PreviewOptions options;
     options.sampler = process.choices.sampler;
@@ -96,18 +113,24 @@ std::vector<at::Tensor> render_previews(const PreviewModel& preview,
     return preview.model.sample(requests, options, preview.device);
 }
 
-void write_previews(const RunFolder& run, std::int64_t step,
-                    const std::vector<at::Tensor>& images) {
+void write_previews(const RunFolder& run, std::int64_t step, const std::vector<at::Tensor>& images,
+                    int fps) {
     const std::string time = epoch_milliseconds();
     std::vector<data::Image> grid;
     for (std::size_t i = 0; i < images.size(); ++i) {
-        const at::Tensor& t = images[i];
-        data::Image img(static_cast<int>(t.size(1)), static_cast<int>(t.size(0)));
-        std::memcpy(img.pixels.data(), t.data_ptr(), img.pixels.size());
-        data::write_png(
-            run.samples_dir() / (time + "__" + step_label(step) + "_" + std::to_string(i) + ".png"),
-            img);
-        grid.push_back(std::move(img));
+        const std::string stem = time + "__" + step_label(step) + "_" + std::to_string(i);
+        // An image [H, W, 3], or a clip [F, H, W, 3]: its first frame is the PNG.
+        const at::Tensor clip = images[i].dim() == 3 ? images[i].unsqueeze(0) : images[i];
+        std::vector<data::Image> frames;
+        for (int64_t f = 0; f < clip.size(0); ++f) {
+            const at::Tensor t = clip[f].contiguous();
+            data::Image img(static_cast<int>(t.size(1)), static_cast<int>(t.size(0)));
+            std::memcpy(img.pixels.data(), t.data_ptr(), img.pixels.size());
+            frames.push_back(std::move(img));
+        }
+        data::write_png(run.samples_dir() / (stem + ".png"), frames.front());
+        if (frames.size() > 1) write_clip(run.samples_dir() / stem, frames, fps);
+        grid.push_back(std::move(frames.front()));
     }
     data::write_png(run.samples_dir() / (time + "__" + step_label(step) + "_grid.png"),
                     data::image_grid(grid, 0, 2));

@@ -114,12 +114,15 @@ class Trainer final : public guard::GuardedTarget {
 
 guard::PolicyContext Trainer::policy_context() const {
     guard::PolicyContext c;
-    c.video = false;  // SD 1.x / SDXL and Flux: image models
+    // SD 1.x / SDXL and Flux are image models. Wan is a video model: its previews' frames are a
+    // rung; its training clips have frames to cut once video datasets land (plan.frames is 1
+    // until then, and the training frames rungs stay out of the way).
+    const ArchSpec* spec = find_arch_spec(process_.model.arch.value_or(""));
+    c.video = spec != nullptr && spec->video;
     c.low_vram_levels = LowVramMode::kLevels;
     c.host_threads = at::get_num_threads();
     const std::vector<PreviewRequest> requests = preview_requests(process_);
     c.prompt_count = requests.size();
-    const ArchSpec* spec = find_arch_spec(process_.model.arch.value_or(""));
     c.guidance = (spec == nullptr || spec->cfg_previews) &&
                  std::any_of(requests.begin(), requests.end(),
                              [](const PreviewRequest& r) { return r.guidance_scale > 1.0; });
@@ -343,7 +346,7 @@ void Trainer::sample(std::int64_t step) {
     if (requests.empty()) return;
     const std::vector<at::Tensor> images =
         render_previews(preview_model(), std::move(requests), plan().sample, process_);
-    write_previews(run_, step, images);
+    write_previews(run_, step, images, process_.sample.fps);
     guard_->sample_ran();
     log().info("wrote {} samples at step {}", images.size(), step);
 }

@@ -38,19 +38,16 @@ class TrainingEncoders::Placement {
 at::Tensor TrainingEncoders::latent(const TrainingItem& item, const at::Tensor& image) const {
     torch::NoGradGuard no_grad;
     const Placement placement(low_vram_, device_);
-    const at::Tensor x =
-        placement.place(image.unsqueeze(0)).to(model_.vae().parameters().front().scalar_type());
-    const LatentDistribution d = model_.vae().encode(x);
+    const at::Tensor x = placement.place(image.unsqueeze(0)).to(model_.vae_dtype());
+    const LatentDistribution d = model_.encode_pixels(x);
     // content_hash is SHA-256 hex: its first 16 digits make a stable per-image seed.
     at::Generator gen = at::detail::createCPUGenerator(
         data::mix_seed(seed_, std::stoull(item.image->content_hash.substr(0, 16), nullptr, 16)));
     const at::Tensor noise = at::randn(d.mean.sizes(), gen, at::kFloat);
-    at::Tensor z =
+    const at::Tensor z =
         d.mean.to(at::kFloat) + at::exp(0.5 * d.logvar.to(at::kFloat)) * placement.place(noise);
-    const VAEConfig& vc = model_.vae().config();
-    if (vc.shift_factor) z = z - *vc.shift_factor;
     HostAllocations host;
-    return (z * vc.scaling_factor).squeeze(0).cpu().clone();
+    return model_.training_latents(z).squeeze(0).cpu().clone();
 }
 
 NamedTensors TrainingEncoders::text(const std::string& caption) const {

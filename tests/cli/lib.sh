@@ -50,3 +50,32 @@ config:
       oom: {vram_limit: 1GiB, probe: false}
 YAML
 }
+
+# kill_and_resume LOOM PY KILL_FROM KILL_SPAN: runs $TMP/split.yaml (run "split" in $TMP/runs),
+# kills it with SIGKILL after a step in KILL_FROM..KILL_FROM+KILL_SPAN-1, reruns it to the end and
+# checks that the rerun resumes and that its LoRA equals run "whole"'s (within 1e-5).
+kill_and_resume() {
+  local loom="$1" py="$2" kill_at=$(( $3 + RANDOM % $4 ))
+  "$loom" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
+  local pid=$!
+  wait_steps split "$kill_at" "$pid"
+  kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  local killed_after
+  killed_after=$(wc -l <"$TMP/runs/split/metrics.jsonl")
+  if [ -f "$TMP/runs/split/split.safetensors" ]; then bad "killed before the end (it finished)"; fi
+  if "$loom" train "$TMP/split.yaml" >"$TMP/split2.log" 2>&1 && grep -q "resuming" "$TMP/split2.log"
+  then ok "the rerun resumes (killed after $killed_after steps)"
+  else bad "the rerun resumes"; tail "$TMP/split2.log"; fi
+  if "$py" - "$TMP/runs/whole/whole.safetensors" "$TMP/runs/split/split.safetensors" <<'PY'
+import sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+assert a.keys() == b.keys(), "different keys"
+err = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+print(f"max abs difference from the uninterrupted run: {err:.3g}")
+sys.exit(0 if err <= 1e-5 else 1)
+PY
+  then ok "the resumed LoRA equals the uninterrupted one"
+  else bad "the resumed LoRA equals the uninterrupted one"; fi
+}

@@ -39,28 +39,7 @@ job split >"$TMP/split.yaml"
 if "$LOOM" train "$TMP/whole.yaml" >"$TMP/whole.log" 2>&1; then ok "uninterrupted Flux run"
 else bad "uninterrupted Flux run"; tail "$TMP/whole.log"; finish; exit; fi
 
-kill_at=$(( 3 + RANDOM % 5 ))  # a step in 3..7
-"$LOOM" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
-pid=$!
-wait_steps split "$kill_at" "$pid"
-kill -9 "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-killed_after=$(wc -l <"$TMP/runs/split/metrics.jsonl")
-if [ -f "$TMP/runs/split/split.safetensors" ]; then bad "killed before the end (it finished)"; fi
-if "$LOOM" train "$TMP/split.yaml" >"$TMP/split2.log" 2>&1 && grep -q "resuming" "$TMP/split2.log"
-then ok "the rerun resumes (killed after $killed_after steps)"
-else bad "the rerun resumes"; tail "$TMP/split2.log"; fi
-
-if "$PY" - "$TMP/runs/whole/whole.safetensors" "$TMP/runs/split/split.safetensors" <<'PY'
-import sys
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-assert a.keys() == b.keys(), "different keys"
-err = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-print(f"max abs difference from the uninterrupted run: {err:.3g}")
-sys.exit(0 if err <= 1e-5 else 1)
-PY
-then ok "the resumed LoRA equals the uninterrupted one"; else bad "the resumed LoRA equals the uninterrupted one"; fi
+kill_and_resume "$LOOM" "$PY" 3 5  # killed after a step in 3..7
 
 if "$PY" "$(dirname "$0")/../parity/check_trained_lora.py" "$PARITY/flux" \
     "$TMP/runs/whole/whole.safetensors"; then ok "diffusers loads the trained Flux LoRA"

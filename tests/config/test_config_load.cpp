@@ -239,12 +239,13 @@ TEST(ConfigWarnings, NonDefaultValueOfPartlySupportedKey) {
 }
 
 TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
-    const LoadedJob loaded = load(with("        arch: wan21\n"));
+    const LoadedJob loaded = load(with("        arch: qwen_image\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotTrainable);
     EXPECT_EQ(loaded.warnings[0].to_string(),
-              "job.yaml:12:15: warning: config.process.0.model.arch 'wan21' is an ai-toolkit "
-              "architecture that loom cannot train yet (loom trains sd1, sdxl, flux)");
+              "job.yaml:12:15: warning: config.process.0.model.arch 'qwen_image' is an "
+              "ai-toolkit architecture that loom cannot train yet (loom trains sd1, sdxl, flux, "
+              "wan21)");
 }
 
 TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {

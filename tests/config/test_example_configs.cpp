@@ -121,6 +121,37 @@ TEST(AiToolkitExamples, EveryKeyIsImplementedOrWarnedNotSupportedYet) {
     EXPECT_EQ(loaded_files, 20);
 }
 
+// ai-toolkit's two Wan 2.1 examples (1.3B and 14B) are flow-matching jobs loom trains (their
+// 40-frame previews included): only what loom genuinely lacks is warned (unloading the text
+// encoder).
+TEST(AiToolkitExamples, Wan21ExamplesAreTrainableJobs) {
+    const auto check = [](const std::string& file, std::vector<std::string> expected) {
+        SCOPED_TRACE(file);
+        const LoadedJob loaded = load_job_file(kAiToolkitExamples / file);
+        const ProcessConfig& p = loaded.job.config.process.at(0);
+        EXPECT_EQ(*p.model.arch, "wan21");
+        EXPECT_EQ(p.train.noise_scheduler, "flowmatch");
+        EXPECT_EQ(p.choices.lora_layout, LoRAKeyLayout::kPeft);
+        EXPECT_EQ(p.datasets.at(0).resolution, (std::vector<int>{632}));
+        std::vector<std::string> flagged;
+        for (const Diagnostic& d : loaded.warnings) {
+            EXPECT_NE(d.kind, DiagnosticKind::kNotTrainable) << d.to_string();
+            flagged.push_back(d.key_path);
+        }
+        std::sort(flagged.begin(), flagged.end());
+        std::sort(expected.begin(), expected.end());
+        EXPECT_EQ(flagged, expected);
+        return p;
+    };
+    const ProcessConfig small = check("train_lora_wan21_1b_24gb.yaml", {});
+    EXPECT_EQ(small.sample.num_frames, 40);
+    EXPECT_EQ(small.sample.fps, 15);
+    const ProcessConfig big =
+        check("train_lora_wan21_14b_24gb.yaml", {"config.process.0.train.unload_text_encoder"});
+    EXPECT_TRUE(big.model.quantize);
+    EXPECT_TRUE(big.model.low_vram);
+}
+
 TEST(AiToolkitExamples, QTypesLoomReplacesAreWarnedWhereWritten) {
     // Qwen-Image's example quantizes in uint3 with an accuracy-recovery adapter: loom says it
     // uses uint4 instead; its qtype_te (qfloat8) is loom's own and is not warned.

@@ -16,7 +16,7 @@ Writes, with fixed seeds:
                    (single_file_reference.py)
   OUT/quantization/ reference weight quantization, checked against optimum-quanto
                    (quantization_reference.py)
-  OUT/wan/         a tiny Wan 2.1 transformer and its cases (wan_reference.py)
+  OUT/wan/         a tiny Wan 2.1 transformer, VAE and pipeline and their cases (wan_reference.py)
 Everything is float32 on the CPU.
 """
 import json
@@ -271,7 +271,7 @@ def main(out):
     optimizer_reference.build(out)
     single_file_reference.build(out, vocab_folder, vocab_size)
     quantization_reference.build(out)
-    wan_reference.build(out, cases)
+    wan_reference.build(out, cases, t5_tokenizer)
     print(f"parity references written to {out}")
 
 

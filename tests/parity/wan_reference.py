@@ -7,6 +7,11 @@ with diffusers, never downloaded, and its outputs.
                      the gradient of a loss on it with respect to the clip (the backward path
                      loom trains through)
   wan/vae/           a tiny AutoencoderKLWan (Wan 2.1 layout: 4x in time, 8x in space)
+  wan/pipeline/      a tiny WanPipeline folder (its own transformer with UMT5's width, the VAE above,
+                     the tiny UMT5 of t5_reference.py and its tokenizer, ai-toolkit's
+                     FlowMatchEuler scheduler with shift 3)
+  cases/wan_pipeline.*  the pipeline's prompt embeddings (trimmed, zero-padded to 512) and the
+                     clips it samples with classifier-free guidance, one frame and five
   cases/wan_vae.*    its latent distribution for a 9-frame 16x24 clip (three chunks, so every
                      causal cache is used) and a one-frame image, the decoding of 3 latent
                      frames, and the pipeline's latent normalisation
@@ -18,17 +23,18 @@ import torch
 
 from reference_cases import save_case
 
-from diffusers import AutoencoderKLWan, WanTransformer3DModel
+from diffusers import (AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline,
+                       WanTransformer3DModel)
 
 LATENT_CHANNELS = 4
 
 
-def transformer():
-    torch.manual_seed(19)
+def transformer(text_dim=16, seed=19):
+    torch.manual_seed(seed)
     # attention_head_dim 12: RoPE splits it as Wan does, 4 (frames) + 4 (height) + 4 (width).
     model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2,
                                   attention_head_dim=12, in_channels=LATENT_CHANNELS,
-                                  out_channels=LATENT_CHANNELS, text_dim=16, freq_dim=32,
+                                  out_channels=LATENT_CHANNELS, text_dim=text_dim, freq_dim=32,
                                   ffn_dim=40, num_layers=2, cross_attn_norm=True,
                                   qk_norm="rms_norm_across_heads", eps=1e-6,
                                   rope_max_seq_len=64).eval()
@@ -71,8 +77,42 @@ def build_vae(out, cases):
                "normalized": (latents - mean) * inv_std})
 
 
-def build(out, cases):
+PROMPTS = ["  a photo of  a sks dog &amp; a cat\n", "an astronaut riding a horse"]
+NEGATIVES = ["blurry", ""]
+
+
+def build_pipeline(out, cases, tokenizer):
+    from transformers import UMT5EncoderModel
+
+    text_encoder = UMT5EncoderModel.from_pretrained(os.path.join(out, "umt5")).eval()
+    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
+                       transformer=transformer(text_dim=text_encoder.config.d_model, seed=29),
+                       vae=vae(), scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
+    pipe.save_pretrained(os.path.join(out, "wan", "pipeline"), safe_serialization=True)
+    embeds, _ = pipe.encode_prompt(PROMPTS, do_classifier_free_guidance=False,
+                                   max_sequence_length=512)
+    expected = {"prompt_embeds": embeds}
+    inputs = {}
+    for frames in (1, 5):
+        # As prepare_latents draws it from torch.Generator().manual_seed(seed), one per prompt.
+        noise = torch.cat([torch.randn(1, LATENT_CHANNELS, (frames - 1) // 4 + 1, 2, 4,
+                                       generator=torch.Generator().manual_seed(seed))
+                           for seed in (7, 8)])
+        latents = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, height=16, width=32,
+                       num_frames=frames, num_inference_steps=4, guidance_scale=4.0,
+                       latents=noise.clone(), output_type="latent").frames
+        # The pipeline's decoding, before its conversion to pictures.
+        mean = torch.tensor(pipe.vae.config.latents_mean).view(1, -1, 1, 1, 1)
+        inv_std = 1.0 / torch.tensor(pipe.vae.config.latents_std).view(1, -1, 1, 1, 1)
+        inputs[f"noise_{frames}"] = noise
+        expected[f"latents_{frames}"] = latents
+        expected[f"clip_{frames}"] = pipe.vae.decode(latents / inv_std + mean).sample
+    save_case(cases, "wan_pipeline", inputs, expected)
+
+
+def build(out, cases, tokenizer):
     build_vae(out, cases)
+    build_pipeline(out, cases, tokenizer)
     model = transformer()
     model.save_pretrained(os.path.join(out, "wan", "transformer"), safe_serialization=True)
     g = torch.Generator().manual_seed(191)

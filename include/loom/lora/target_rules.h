@@ -20,6 +20,10 @@
 // targets FluxTransformer2DModel with transformer_only (attention projections, the adaLN
 // modulation linears, the MLPs); the embedders and the output layers outside the blocks are
 // not. The same filters apply.
+//
+// Wan's transformer: every Linear inside its blocks (self- and cross-attention q/k/v/out and the
+// feed-forward), as ai-toolkit targets WanTransformer3DModel with its block names ['blocks'];
+// the patch embedding, the condition embedder and proj_out are not.
 
 #include <optional>
 #include <string>
@@ -30,9 +34,10 @@ namespace loom {
 enum class LayerKind { kLinear, kConv1x1, kConv3x3 };
 
 // The model a LoRA network is for: which modules it targets and its file prefix.
-enum class LoRAModel { kUNet, kFluxTransformer };
+enum class LoRAModel { kUNet, kFluxTransformer, kWanTransformer };
 
-// "unet" / "transformer": the component name of PEFT-layout keys ("transformer.<path>.lora_A").
+// "unet" / "transformer" (Flux, Wan): the component name of PEFT-layout keys
+// ("transformer.<path>.lora_A").
 const char* lora_file_prefix(LoRAModel model);
 
 // The UNet module sets above.

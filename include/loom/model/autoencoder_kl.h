@@ -123,4 +123,8 @@ class AutoencoderKLImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKL);
 
+// The latents an SD or Flux model trains on from a raw VAE sample: (z - shift_factor) *
+// scaling_factor (no shift for SD).
+at::Tensor scaled_latents(const VAEConfig& config, const at::Tensor& z);
+
 }  // namespace loom

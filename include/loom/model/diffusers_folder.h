@@ -43,6 +43,10 @@ struct DiffusersFolder {
 
     bool has(const std::string& component) const;
     std::filesystem::path dir(const std::string& component) const { return root / component; }
+    // Every one of `components` listed in model_index.json and present as a folder, before
+    // anything is loaded: FormatError naming model_index.json and the component when it is not
+    // listed, IoError naming the folder when it is missing.
+    void require(const std::vector<std::string>& components) const;
 };
 
 // Reads and checks model_index.json. Throws IoError / FormatError naming the file.

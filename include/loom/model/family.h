@@ -6,9 +6,10 @@
 // from model_index.json) into host memory; the trainer places it (train/low_vram.h), encodes its
 // data with it, asks it for predictions and samples previews through it.
 //
-// Implementations: StableDiffusionFamily (SD 1.x/2.x, SDXL: a UNet, DDPM) and FluxFamily
-// (Flux.1 dev and schnell: a transformer over packed latents, flow matching). A new family (Wan)
-// is a new implementation, as llama.cpp's graph builders hide each architecture behind llm_arch.
+// Implementations: StableDiffusionFamily (SD 1.x/2.x, SDXL: a UNet, DDPM), FluxFamily (Flux.1
+// dev and schnell: a transformer over packed latents, flow matching) and WanFamily (Wan 2.1
+// text-to-video: a transformer over latent clips, flow matching), as llama.cpp's graph builders
+// hide each architecture behind llm_arch.
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
@@ -27,11 +28,11 @@
 
 namespace loom {
 
-class AutoencoderKLImpl;
+struct LatentDistribution;
 
 // The module a LoRA trains, by kind: it decides the target rule and the LoRA file's prefix
 // (lora/target_rules.h).
-enum class DenoiserKind { kUNet, kFluxTransformer };
+enum class DenoiserKind { kUNet, kFluxTransformer, kWanTransformer };
 
 // How a family is trained: DDPM (epsilon or v-prediction over a beta schedule) or flow matching
 // (x_t = (1 - t) x0 + t noise, the velocity noise - x0 as target).
@@ -55,7 +56,6 @@ class ModelFamily {
     // --- components ---
     virtual DenoiserKind denoiser_kind() const = 0;
     virtual torch::nn::Module& denoiser() = 0;
-    virtual AutoencoderKLImpl& vae() = 0;
     // The VAE and the text encoder(s): what low_vram's first level keeps on the host.
     virtual std::vector<torch::nn::Module*> encoders() = 0;
     // Whether the denoiser's module `name` (its path inside the denoiser) is inside the blocks
@@ -71,6 +71,14 @@ class ModelFamily {
     // --- data ---
     // Image sides (buckets) are multiples of this.
     virtual int64_t bucket_divisibility() const = 0;
+    // The VAE's distribution for `pixels` in [-1, 1], on the VAE's device in vae_dtype():
+    // images [B, 3, H, W] (a video family encodes each as a one-frame clip) or, for a video
+    // family, clips [B, 3, F, H, W]. Latents are raw (not yet scaled for training).
+    virtual LatentDistribution encode_pixels(const at::Tensor& pixels) = 0;
+    // What training sees of a raw latent sample: SD z * scaling_factor, Flux (z - shift) *
+    // scaling_factor, Wan (z - latents_mean) / latents_std.
+    virtual at::Tensor training_latents(const at::Tensor& z) const = 0;
+    virtual at::ScalarType vae_dtype() = 0;
     // The prompts' conditioning as the family's pipeline computes it.
     virtual TextConditioning encode_prompts(const std::vector<std::string>& prompts) = 0;
     // What predict needs beside the text for a batch of `batch` latents of a `height` x `width`
@@ -89,7 +97,8 @@ class ModelFamily {
                                const StepConditioning& conditioning) = 0;
 
     // --- previews ---
-    // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order.
+    // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order; a video family
+    // gives a request of more than one frame its clip, uint8 [F, H, W, 3].
     virtual std::vector<at::Tensor> sample(const std::vector<PreviewRequest>& requests,
                                            const PreviewOptions& options,
                                            const at::Device& device) = 0;

@@ -75,6 +75,10 @@ at::Tensor flow_match_sample_timesteps(FlowTimestepType type, const FlowMatchCon
 class FlowMatchEulerSampler {
   public:
     FlowMatchEulerSampler(const FlowMatchConfig& config, int64_t steps, int64_t image_seq_len);
+    // The scheduler's own spacing, as WanPipeline drives it (set_timesteps(steps) without sigmas,
+    // no dynamic shifting): timesteps evenly spaced from sigma_max to sigma_min of the shifted
+    // training sigmas, shifted again, in float64, then float32.
+    static FlowMatchEulerSampler scheduler_spaced(const FlowMatchConfig& config, int64_t steps);
     int64_t steps() const { return timesteps_.size(0); }
     const at::Tensor& sigmas() const { return sigmas_; }        // [steps + 1] float32
     const at::Tensor& timesteps() const { return timesteps_; }  // [steps] float32, sigma x 1000
@@ -83,6 +87,7 @@ class FlowMatchEulerSampler {
     at::Tensor step(const at::Tensor& model_output, int64_t index, const at::Tensor& sample) const;
 
   private:
+    FlowMatchEulerSampler() = default;
     at::Tensor sigmas_;
     at::Tensor timesteps_;
 };

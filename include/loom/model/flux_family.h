@@ -32,7 +32,6 @@ class FluxFamily final : public ModelFamily {
     const std::filesystem::path& root() const override { return model_.folder.root; }
     DenoiserKind denoiser_kind() const override { return DenoiserKind::kFluxTransformer; }
     torch::nn::Module& denoiser() override { return *model_.transformer; }
-    AutoencoderKLImpl& vae() override { return *model_.vae; }
     std::vector<torch::nn::Module*> encoders() override;
     bool streams_weights_of(const std::string& name) const override;
     void set_gradient_checkpointing(bool on) override;
@@ -41,6 +40,9 @@ class FluxFamily final : public ModelFamily {
     bool predict_is_capturable() const override { return false; }
 
     int64_t bucket_divisibility() const override;
+    LatentDistribution encode_pixels(const at::Tensor& pixels) override;
+    at::Tensor training_latents(const at::Tensor& z) const override;
+    at::ScalarType vae_dtype() override;
     TextConditioning encode_prompts(const std::vector<std::string>& prompts) override;
     at::Tensor extra_conditioning(int64_t height, int64_t width, int64_t batch) const override;
 

@@ -24,6 +24,7 @@ struct PreviewRequest {
     int64_t height = 512;
     int64_t steps = 20;
     double guidance_scale = 7.0;
+    int64_t frames = 1;  // a video family's clip length (image families make one image)
 };
 
 struct PreviewOptions {

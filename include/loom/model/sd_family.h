@@ -21,7 +21,6 @@ class StableDiffusionFamily final : public ModelFamily {
     const std::filesystem::path& root() const override { return model_.folder.root; }
     DenoiserKind denoiser_kind() const override { return DenoiserKind::kUNet; }
     torch::nn::Module& denoiser() override { return *model_.unet; }
-    AutoencoderKLImpl& vae() override { return *model_.vae; }
     std::vector<torch::nn::Module*> encoders() override;
     bool streams_weights_of(const std::string& name) const override;
     void set_gradient_checkpointing(bool on) override;
@@ -29,6 +28,9 @@ class StableDiffusionFamily final : public ModelFamily {
     bool predict_is_capturable() const override { return true; }
 
     int64_t bucket_divisibility() const override;
+    LatentDistribution encode_pixels(const at::Tensor& pixels) override;
+    at::Tensor training_latents(const at::Tensor& z) const override;
+    at::ScalarType vae_dtype() override;
     TextConditioning encode_prompts(const std::vector<std::string>& prompts) override;
     at::Tensor extra_conditioning(int64_t height, int64_t width, int64_t batch) const override;
 

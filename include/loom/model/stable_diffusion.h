@@ -29,6 +29,8 @@ struct ArchSpec {
     // Previews run a classifier-free pass beside the conditional one (a guidance scale above 1
     // doubles the sampling batch); Flux.1's distilled guidance is an embedding instead.
     bool cfg_previews;
+    // A video model: clips have frames, and frames are the ladder's first rungs (Wan).
+    bool video = false;
 };
 
 const std::vector<ArchSpec>& arch_registry();

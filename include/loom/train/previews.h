@@ -42,6 +42,9 @@ std::vector<at::Tensor> render_previews(const PreviewModel& preview,
                                         const config::ProcessConfig& process);
 
 // samples/<time>__<step>_<i>.png for each image and <time>__<step>_grid.png.
-void write_previews(const RunFolder& run, std::int64_t step, const std::vector<at::Tensor>& images);
+// A clip (a video family's preview of more than one frame) is also written as an animated WebP
+// at `fps` frames a second.
+void write_previews(const RunFolder& run, std::int64_t step, const std::vector<at::Tensor>& images,
+                    int fps);
 
 }  // namespace loom

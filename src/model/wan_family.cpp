@@ -1,0 +1,62 @@
+#include "loom/model/wan_family.h"
+
+#include <ATen/ATen.h>
+
+#include "loom/core/error.h"
+#include "loom/model/stable_diffusion.h"  // find_arch_spec
+#include "loom/model/wan_preview_sampler.h"
+
+namespace loom {
+
+std::vector<torch::nn::Module*> WanFamily::encoders() {
+    std::vector<torch::nn::Module*> out;
+    if (model_.vae) out.push_back(model_.vae.get());
+    if (model_.text_encoder) out.push_back(model_.text_encoder.get());
+    return out;
+}
+
+bool WanFamily::streams_weights_of(const std::string& name) const {
+    // The blocks hold nearly every weight; the embedders and the output layer stay.
+    return name.rfind("blocks.", 0) == 0;
+}
+
+void WanFamily::set_gradient_checkpointing(bool on) {
+    model_.transformer->set_gradient_checkpointing(on);
+}
+
+int64_t WanFamily::bucket_divisibility() const {
+    return find_arch_spec(arch_)->bucket_divisibility;
+}
+
+LatentDistribution WanFamily::encode_pixels(const at::Tensor& pixels) {
+    if (pixels.dim() == 4) return model_.vae->encode(pixels.unsqueeze(2));  // a one-frame clip
+    return model_.vae->encode(pixels);
+}
+
+at::Tensor WanFamily::training_latents(const at::Tensor& z) const {
+    return model_.vae->normalize_latents(z);
+}
+
+at::ScalarType WanFamily::vae_dtype() {
+    return model_.vae->parameters().front().scalar_type();
+}
+
+TextConditioning WanFamily::encode_prompts(const std::vector<std::string>& prompts) {
+    return model_.encode_prompts(prompts, kMaxSequenceLength);
+}
+
+NoiseScheduleConfig WanFamily::ddpm_schedule() const {
+    throw Error("model '" + arch_ + "' trains with flow matching; it has no DDPM schedule");
+}
+
+at::Tensor WanFamily::predict(const at::Tensor& noisy, const at::Tensor& timesteps,
+                              const StepConditioning& c) {
+    return model_.transformer->forward(noisy, timesteps.to(at::kFloat), c.context);
+}
+
+std::vector<at::Tensor> WanFamily::sample(const std::vector<PreviewRequest>& requests,
+                                          const PreviewOptions& options, const at::Device& device) {
+    return generate_wan_previews(model_, requests, options, device, kMaxSequenceLength);
+}
+
+}  // namespace loom
