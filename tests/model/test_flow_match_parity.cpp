@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 
+#include "loom/core/error.h"
 #include "loom/model/flow_match.h"
 #include "loom/model/tensor_file.h"
 
@@ -57,6 +58,26 @@ TEST_F(FlowMatchParity, PreviewSigmasAndTimestepsAsTheFluxPipeline) {
             EXPECT_LE(max_error(sampler.timesteps() / 1000, ref(key + "_timesteps") / 1000), 1e-6);
         }
     }
+}
+
+// WanPipeline calls set_timesteps(steps) without sigmas: the scheduler spaces them itself.
+TEST_F(FlowMatchParity, SchedulerSpacedSigmasAsWanPipelineGetsThem) {
+    for (const double shift : {3.0, 5.0}) {
+        for (const int64_t steps : {2, 4, 30, 50}) {
+            const std::string key =
+                "spaced_" + std::to_string(static_cast<int>(shift)) + "_" + std::to_string(steps);
+            SCOPED_TRACE(key);
+            FlowMatchConfig config;
+            config.shift = shift;
+            const auto sampler = FlowMatchEulerSampler::scheduler_spaced(config, steps);
+            ASSERT_EQ(sampler.steps(), steps);
+            EXPECT_LE(max_error(sampler.sigmas(), ref(key + "_sigmas")), 1e-7);
+            EXPECT_LE(max_error(sampler.timesteps(), ref(key + "_timesteps")), 1e-4);
+        }
+    }
+    FlowMatchConfig dynamic;
+    dynamic.use_dynamic_shifting = true;
+    EXPECT_THROW(FlowMatchEulerSampler::scheduler_spaced(dynamic, 4), Error);
 }
 
 TEST_F(FlowMatchParity, EulerStepsAsTheScheduler) {

@@ -178,6 +178,15 @@ def build_scheduler_case(cases):
         fresh = type(sched).from_config(sched.config)
         ref[f"{name}_train_shift_24"] = toolkit_shift_timesteps(fresh, 24)
         ref[f"{name}_train_shift_4096"] = toolkit_shift_timesteps(fresh, 4096)
+    # WanPipeline's schedule: set_timesteps(steps) without sigmas, the scheduler's own spacing.
+    for shift in (3.0, 5.0):
+        for steps in (2, 4, 30, 50):
+            sched = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift,
+                                                    use_dynamic_shifting=False)
+            sched.set_timesteps(steps)
+            key = f"spaced_{int(shift)}_{steps}"
+            ref[key + "_sigmas"] = sched.sigmas.clone()
+            ref[key + "_timesteps"] = sched.timesteps.clone()
     ref["train_linear"] = torch.linspace(1000, 1, 1000)
     x0 = torch.randn(3, 16, 4, 6, generator=g)
     noise = torch.randn(3, 16, 4, 6, generator=g)
