@@ -69,12 +69,20 @@ class ConfigReader {
         return j_[key].get<std::string>();
     }
     std::vector<std::string> texts(const char* key, std::vector<std::string> fallback) const {
+        return list<std::string>(key, std::move(fallback), "a list of strings",
+                                 [](const json& e) { return e.is_string(); });
+    }
+    // A list whose entries all pass `valid`, else "must be <what>"; `fallback` when absent.
+    template <class T, class Valid>
+    std::vector<T> list(const char* key, std::vector<T> fallback, const std::string& what,
+                        Valid valid) const {
         if (!has(key)) return fallback;
-        if (!j_[key].is_array()) fail(key, "must be a list of strings");
-        std::vector<std::string> out;
-        for (const json& v : j_[key]) {
-            if (!v.is_string()) fail(key, "must be a list of strings");
-            out.push_back(v.get<std::string>());
+        const json& v = j_[key];
+        if (!v.is_array()) fail(key, "must be " + what);
+        std::vector<T> out;
+        for (const json& e : v) {
+            if (!valid(e)) fail(key, "must be " + what);
+            out.push_back(e.get<T>());
         }
         return out;
     }
@@ -391,42 +399,22 @@ WanVAEConfig read_wan_vae_config(const fs::path& path) {
     c.num_res_blocks = r.integer("num_res_blocks", c.num_res_blocks);
     c.in_channels = r.integer("in_channels", c.in_channels);
     c.out_channels = r.integer("out_channels", c.out_channels);
-    if (r.has("dim_mult")) {
-        const json& v = r.raw()["dim_mult"];
-        if (!v.is_array() || v.empty()) r.fail("dim_mult", "must be a non-empty list of integers");
-        c.dim_mult.clear();
-        for (const json& e : v) {
-            if (!e.is_number_integer() || e.get<int64_t>() < 1) {
-                r.fail("dim_mult", "must be a list of positive integers");
-            }
-            c.dim_mult.push_back(e.get<int64_t>());
-        }
-    }
-    if (r.has("temperal_downsample")) {
-        const json& v = r.raw()["temperal_downsample"];
-        if (!v.is_array()) r.fail("temperal_downsample", "must be a list of true/false");
-        c.temperal_downsample.clear();
-        for (const json& e : v) {
-            if (!e.is_boolean()) r.fail("temperal_downsample", "must be a list of true/false");
-            c.temperal_downsample.push_back(e.get<bool>());
-        }
-    }
+    c.dim_mult = r.list<int64_t>(
+        "dim_mult", c.dim_mult, "a non-empty list of positive integers",
+        [](const json& e) { return e.is_number_integer() && e.get<int64_t>() >= 1; });
+    if (c.dim_mult.empty()) r.fail("dim_mult", "must be a non-empty list of positive integers");
+    c.temperal_downsample =
+        r.list<bool>("temperal_downsample", c.temperal_downsample, "a list of true/false",
+                     [](const json& e) { return e.is_boolean(); });
     if (c.temperal_downsample.size() + 1 != c.dim_mult.size()) {
         r.fail("temperal_downsample", "needs one entry per downsampling level (" +
                                           std::to_string(c.dim_mult.size() - 1) +
                                           ", one fewer than dim_mult)");
     }
     const auto per_channel = [&](const char* key, std::vector<double> fallback) {
-        std::vector<double> out = std::move(fallback);
-        if (r.has(key)) {
-            const json& v = r.raw()[key];
-            if (!v.is_array()) r.fail(key, "must be a list of numbers");
-            out.clear();
-            for (const json& e : v) {
-                if (!e.is_number()) r.fail(key, "must be a list of numbers");
-                out.push_back(e.get<double>());
-            }
-        }
+        const std::vector<double> out =
+            r.list<double>(key, std::move(fallback), "a list of numbers",
+                           [](const json& e) { return e.is_number(); });
         if (static_cast<int64_t>(out.size()) != c.z_dim) {
             r.fail(key, "has " + std::to_string(out.size()) + " entries; z_dim is " +
                             std::to_string(c.z_dim));

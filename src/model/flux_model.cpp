@@ -19,15 +19,6 @@ FluxTransformer2DModel load_flux_transformer(const DiffusersFolder& folder, at::
     return transformer;
 }
 
-T5EncoderModel load_t5_encoder(const DiffusersFolder& folder, const std::string& component,
-                               at::ScalarType dtype) {
-    T5EncoderModel encoder(read_t5_config(folder.dir(component) / "config.json"));
-    encoder->to(dtype);
-    load_t5_weights(*encoder, find_weight_files(folder.dir(component)), component);
-    encoder->eval();
-    return encoder;
-}
-
 FluxModel load_flux(const std::filesystem::path& root, const FluxLoadOptions& o) {
     FluxModel flux;
     flux.folder = read_diffusers_folder(root);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "loom/core/error.h"
+#include "loom/model/diffusers_folder.h"
 
 namespace loom {
 
@@ -147,6 +148,15 @@ at::Tensor T5EncoderModelImpl::forward(const at::Tensor& input_ids,
         h = block->forward(h, bias);
     }
     return final_layer_norm(h);
+}
+
+T5EncoderModel load_t5_encoder(const DiffusersFolder& folder, const std::string& component,
+                               at::ScalarType dtype) {
+    T5EncoderModel encoder(read_t5_config(folder.dir(component) / "config.json"));
+    encoder->to(dtype);
+    load_t5_weights(*encoder, find_weight_files(folder.dir(component)), component);
+    encoder->eval();
+    return encoder;
 }
 
 }  // namespace loom

@@ -8,7 +8,6 @@
 
 #include "clip_tokenizer_text.h"
 #include "loom/core/error.h"
-#include "loom/model/flux_model.h"  // load_t5_encoder
 #include "loom/model/unicode_tables.h"
 #include "utf8_walk.h"
 

@@ -49,6 +49,24 @@ TEST(FluxTargetRules, BlockLinearsOnly) {
     EXPECT_STREQ(lora_file_prefix(LoRAModel::kUNet), "unet");
 }
 
+// Wan: every Linear inside the blocks, nothing outside them (ai-toolkit's block names ['blocks']).
+TEST(WanTargets, EveryBlockLinearAndNothingOutside) {
+    const TargetRules wan{LoRAModel::kWanTransformer};
+    for (const char* path : {"blocks.0.attn1.to_q", "blocks.3.attn2.to_out.0",
+                             "blocks.1.ffn.net.0.proj", "blocks.1.ffn.net.2"}) {
+        EXPECT_TRUE(is_lora_target(path, LayerKind::kLinear, wan)) << path;
+    }
+    for (const char* path : {"condition_embedder.time_proj", "proj_out",
+                             "condition_embedder.text_embedder.linear_1"}) {
+        EXPECT_FALSE(is_lora_target(path, LayerKind::kLinear, wan)) << path;
+    }
+    EXPECT_FALSE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kLinear, wan));
+    TargetRules only_ffn = wan;
+    only_ffn.only_if_contains = {"ffn"};
+    EXPECT_FALSE(is_lora_target("blocks.0.attn1.to_q", LayerKind::kLinear, only_ffn));
+    EXPECT_STREQ(lora_file_prefix(LoRAModel::kWanTransformer), "transformer");
+}
+
 class FluxLoRATest : public ::testing::Test {
   protected:
     void SetUp() override {

@@ -171,6 +171,12 @@ TEST(WanConfigFile, VaeOfWan22AndInconsistentListsAreRefusedByName) {
     EXPECT_NE(refused(R"({"temperal_downsample": [true, true]})").find("'temperal_downsample'"),
               std::string::npos);
     EXPECT_NE(refused(R"({"attn_scales": [0.5]})").find("'attn_scales'"), std::string::npos);
+    EXPECT_NE(refused(R"({"dim_mult": [1, "2", 4, 4]})")
+                  .find("'dim_mult' must be a non-empty list of positive integers"),
+              std::string::npos);
+    EXPECT_NE(
+        refused(R"({"latents_mean": "zero"})").find("'latents_mean' must be a list of numbers"),
+        std::string::npos);
     EXPECT_NE(refused(R"({"scale_factor_spatial": 16})").find("'scale_factor_spatial'"),
               std::string::npos);
     EXPECT_NE(refused(R"({"latents_std": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]})")

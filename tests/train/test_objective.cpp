@@ -81,6 +81,24 @@ TEST(Objective, FlowMatchingNoisesLinearlyAndTargetsTheVelocity) {
               mean_distance_from_middle(FlowTimestepType::linear) - 50);
 }
 
+// A clip [B, C, F, h, w]: one offset per channel over every frame and pixel, not per frame.
+TEST(Objective, NoiseOffsetOfAClipIsPerChannelAcrossFrames) {
+    const auto device = open_device(DeviceSpec{DeviceKind::kCpu});
+    ObjectiveOptions options;
+    options.noise_offset = 0.1;
+    const DiffusionObjective objective(options, FlowMatchConfig{});
+    const at::Tensor x0 = torch::zeros({2, 4, 3, 8, 8});
+    const NoisedBatch b = objective.noise(x0, {0, 1}, 3, 0, *device);
+    ASSERT_EQ(b.slot_offsets.size(), 2u);
+    EXPECT_EQ(b.slot_offsets[0].sizes(), (std::vector<int64_t>{4, 1, 1, 1}));
+    const at::Tensor added = b.noise - torch::stack(b.slot_noise);
+    ASSERT_EQ(added.sizes(), x0.sizes());
+    // Channel c gets one value everywhere, and channels differ.
+    EXPECT_TRUE(torch::allclose(
+        added, added.narrow(2, 0, 1).narrow(3, 0, 1).narrow(4, 0, 1).expand_as(added), 1e-6, 1e-6));
+    EXPECT_GT((added[0][0][0][0][0] - added[0][1][0][0][0]).abs().item<float>(), 0.0f);
+}
+
 TEST(Objective, NoiseOffsetAddsOneConstantPerChannel) {
     const auto device = open_device(DeviceSpec{DeviceKind::kCpu});
     ObjectiveOptions options;

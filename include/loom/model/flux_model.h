@@ -56,8 +56,6 @@ bool is_flux_pipeline(const DiffusersFolder& folder);
 // One component from its config.json with its weights, in eval mode.
 FluxTransformer2DModel load_flux_transformer(const DiffusersFolder& folder,
                                              at::ScalarType dtype = at::kFloat);
-T5EncoderModel load_t5_encoder(const DiffusersFolder& folder, const std::string& component,
-                               at::ScalarType dtype = at::kFloat);
 
 // Every component of a FluxPipeline folder. A component missing from model_index.json or from
 // the folder is a FormatError naming the file and the component, before anything is loaded.

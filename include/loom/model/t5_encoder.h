@@ -89,4 +89,10 @@ TORCH_MODULE(T5EncoderModel);
 at::Tensor t5_relative_position_buckets(int64_t queries, int64_t keys, int64_t num_buckets,
                                         int64_t max_distance, const at::Device& device);
 
+struct DiffusersFolder;
+// The T5 or UMT5 encoder of a diffusers folder's `component` (Flux's text_encoder_2, Wan's
+// text_encoder) from its config.json with its weights, in `dtype`, in eval mode.
+T5EncoderModel load_t5_encoder(const DiffusersFolder& folder, const std::string& component,
+                               at::ScalarType dtype = at::kFloat);
+
 }  // namespace loom
