@@ -18,7 +18,7 @@ const std::vector<ArchName>& known_archs() {
         {"lumina2", false},
         {"vega", false},
         {"ssd", false},
-        {"wan21", true},
+        {"wan21", true, /*video=*/true},
         {"wan21_i2v", false},
         {"wan22_14b", false},
         {"wan22_14b_i2v", false},

@@ -13,6 +13,10 @@ namespace loom::config::detail {
 
 namespace {
 
+// The longest clip auto_frame_count takes when num_frames does not say: Wan 2.1's 81 frames
+// (5 s at 16 fps), the length its pipelines generate.
+constexpr int kLongestAutoClip = 81;
+
 class Resolver {
   public:
     explicit Resolver(ReadResult& r) : r_(r) {}
@@ -119,7 +123,7 @@ class Resolver {
         const std::string format = path + ".save.format";
         const std::string& arch = *p.model.arch;
         const char* family = arch == "flux" ? "Flux" : arch == "wan21" ? "Wan" : nullptr;
-        warn_video_keys(p, path);
+        resolve_video_keys(p, path);
         if (family == nullptr) {
             if (p.train.noise_scheduler == "flowmatch") {
                 warn(DiagnosticKind::kNotSupportedYet, scheduler,
@@ -171,23 +175,51 @@ class Resolver {
         p.save.format = "peft";
     }
 
-    // Frames: loom trains on images (a video model sees each as a one-frame clip) until video
-    // datasets land; previews have frames with a video model (Wan) only.
-    void warn_video_keys(const ProcessConfig& p, const std::string& path) {
+    // Frames. A video model's datasets may hold clips: their frame counts are 1 + 4k (what Wan's
+    // VAE encodes; ai-toolkit leaves a fixed num_frames as given and its VAE cuts the clip), and
+    // with auto_frame_count num_frames is the longest clip (Wan 2.1's 81 frames when left at 1).
+    // An image model trains on the dataset's images, and its previews are images.
+    void resolve_video_keys(ProcessConfig& p, const std::string& path) {
+        const std::string& arch = *p.model.arch;
+        const ArchName* spec = find_arch(arch);
+        const bool video = spec != nullptr && spec->video;
         for (std::size_t i = 0; i < p.datasets.size(); ++i) {
-            const std::string key = path + ".datasets." + std::to_string(i) + ".num_frames";
-            if (p.datasets[i].num_frames > 1) {
-                warn(DiagnosticKind::kNotSupportedYet, key,
-                     key + " " + std::to_string(p.datasets[i].num_frames) +
-                         ": video datasets are not supported yet; loom trains on the dataset's "
-                         "images, each a one-frame clip");
+            DatasetConfig& d = p.datasets[i];
+            const std::string at = path + ".datasets." + std::to_string(i);
+            if (!video) {
+                if (d.is_video()) {
+                    const std::string key =
+                        at + (d.auto_frame_count ? ".auto_frame_count" : ".num_frames");
+                    warn(DiagnosticKind::kNote, key,
+                         key + " applies to video models (wan21); '" + arch +
+                             "' is an image model and trains on the dataset's images");
+                }
+                d.num_frames = 1;
+                d.auto_frame_count = false;
+                continue;
+            }
+            if (d.auto_frame_count && d.num_frames == 1) {
+                d.num_frames = kLongestAutoClip;
+                warn(DiagnosticKind::kNote, at + ".auto_frame_count",
+                     at + ".auto_frame_count: each clip trains on its length at " +
+                         std::to_string(d.fps) + " fps, at most " +
+                         std::to_string(kLongestAutoClip) +
+                         " frames (Wan 2.1's clip length); set num_frames to change that limit");
+            }
+            const int snapped = 1 + (d.num_frames - 1) / 4 * 4;
+            if (snapped != d.num_frames) {
+                warn(DiagnosticKind::kNote, at + ".num_frames",
+                     at + ".num_frames " + std::to_string(d.num_frames) +
+                         " is not of the form 1 + 4k that Wan's VAE encodes; loom takes " +
+                         std::to_string(snapped) + " frames per clip");
+                d.num_frames = snapped;
             }
         }
-        if (p.sample.num_frames > 1 && *p.model.arch != "wan21") {
+        if (p.sample.num_frames > 1 && !video) {
             const std::string key = path + ".sample.num_frames";
             warn(DiagnosticKind::kNote, key,
-                 key + " " + std::to_string(p.sample.num_frames) + " does not apply to '" +
-                     *p.model.arch + "', an image model: its previews are images");
+                 key + " " + std::to_string(p.sample.num_frames) + " does not apply to '" + arch +
+                     "', an image model: its previews are images");
         }
     }
 

@@ -10,12 +10,21 @@
 namespace loom::data {
 
 std::string BucketSize::key() const {
-    return std::to_string(width) + "x" + std::to_string(height);
+    std::string k = std::to_string(width);
+    k += 'x';
+    k += std::to_string(height);
+    if (frames > 1) {
+        k += 'x';
+        k += std::to_string(frames);
+        k += 'f';
+    }
+    return k;
 }
 
 bool BucketSize::operator<(const BucketSize& o) const {
     if (area() != o.area()) return area() < o.area();
-    return width < o.width;
+    if (width != o.width) return width < o.width;
+    return frames < o.frames;
 }
 
 BucketSize bucket_for_pixels(int width, int height, std::int64_t max_pixels, int divisibility) {
@@ -128,6 +137,7 @@ BucketPlan assign_buckets(const std::vector<DatasetItem>& items,
         // Only items whose bucket is above the cap move; the others keep theirs exactly.
         if (max_pixels && b.area() > *max_pixels)
             b = bucket_for_pixels(s.width, s.height, *max_pixels, divisibility);
+        b.frames = item.frames;
         plan.item_bucket.push_back(b);
         by_size[b].push_back(i);
     }

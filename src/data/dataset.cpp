@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kImageKinds = ".jpg, .jpeg, .png or .webp";
+constexpr const char* kClipKinds = ".jpg, .jpeg, .png, .webp, .mp4, .webm, .mov or .mkv";
 
 std::string lower(std::string s) {
     for (char& c : s)
@@ -65,6 +66,15 @@ struct Outcome {
     std::string warning;
 };
 
+// The message of a FormatError/IoError about `path`, without the path it starts with (the skip
+// warning names the file once).
+std::string without_path(const Error& e, const fs::path& path) {
+    std::string why = e.what();
+    const std::string prefix = path.string() + ": ";
+    if (why.compare(0, prefix.size(), prefix) == 0) why = why.substr(prefix.size());
+    return why;
+}
+
 Outcome examine(const fs::path& path, const config::DatasetConfig& cfg) {
     Outcome out;
     auto skip = [&](const std::string& why) {
@@ -75,29 +85,35 @@ Outcome examine(const fs::path& path, const config::DatasetConfig& cfg) {
         return skip(lower(path.extension().string()) +
                     " images are not supported; convert it to PNG, JPEG or WebP");
     }
+    const bool clip = is_video_name(path);
     std::string bytes, error;
     if (!read_bytes(path, bytes, error))
         return skip("cannot read the file (" + error + "); check that it exists and is readable");
     if (bytes.empty())
-        return skip(
-            "the file is empty (0 bytes); re-export the image or remove it from the dataset");
-
-    Image image;
-    try {
-        image = decode_image(bytes, path.string());
-    } catch (const FormatError& e) {
-        std::string why = e.what();
-        const std::string prefix = path.string() + ": ";
-        if (why.compare(0, prefix.size(), prefix) == 0) why = why.substr(prefix.size());
-        return skip(why);
-    }
+        return skip(std::string("the file is empty (0 bytes); re-export the ") +
+                    (clip ? "clip" : "image") + " or remove it from the dataset");
 
     ImageRecord record;
     record.path = path;
-    record.width = image.width;
-    record.height = image.height;
-    record.format = sniff_image_format(bytes);
     record.content_hash = sha256_hex(bytes);
+    try {
+        if (clip) {
+            // Decoded whole once: a truncated clip or one without frames is found now.
+            const VideoInfo info = probe_video(path);
+            record.width = info.width;
+            record.height = info.height;
+            record.video = info;
+        } else {
+            const Image image = decode_image(bytes, path.string());
+            record.width = image.width;
+            record.height = image.height;
+            record.format = sniff_image_format(bytes);
+        }
+    } catch (const FormatError& e) {
+        return skip(without_path(e, path));
+    } catch (const IoError& e) {
+        return skip(without_path(e, path));
+    }
 
     std::string ext = cfg.caption_ext.empty() ? ".txt" : cfg.caption_ext;
     if (ext[0] != '.') ext = "." + ext;
@@ -148,9 +164,15 @@ std::vector<ImageSize> ScannedDataset::sizes() const {
 ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions& options) {
     const Logger log = logger("data");
     const std::string folder_text = cfg.folder_path;
+    const bool video = cfg.is_video();
+    const std::string kinds = video ? kClipKinds : kImageKinds;
+    const std::string files_word = video ? "images or clips" : "images";
+    const std::string folder_of =
+        video ? std::string(kImageKinds) + " images or .mp4, .webm, .mov or .mkv clips"
+              : std::string(kImageKinds) + " images";
     if (folder_text.empty())
-        throw DatasetError(folder_text, "datasets[].folder_path is empty; set it to a folder of " +
-                                            std::string(kImageKinds) + " images");
+        throw DatasetError(folder_text,
+                           "datasets[].folder_path is empty; set it to a folder of " + folder_of);
     const fs::path folder(folder_text);
     std::error_code ec;
     const fs::file_status status = fs::status(folder, ec);
@@ -158,13 +180,15 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
         throw DatasetError(folder_text, "dataset folder " + folder_text +
                                             " does not exist; set datasets[].folder_path to a "
                                             "folder of " +
-                                            kImageKinds + " images");
+                                            folder_of);
     if (!fs::is_directory(status))
         throw DatasetError(folder_text, "dataset folder_path " + folder_text +
                                             " is not a folder; set it to the folder that holds "
-                                            "the images");
+                                            "the " +
+                                            files_word);
 
-    std::vector<fs::path> files;  // supported and recognised-but-unsupported images
+    // Supported and recognised-but-unsupported images, and a video dataset's clips.
+    std::vector<fs::path> files;
     std::size_t unsupported = 0;
     fs::recursive_directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec);
     if (ec)
@@ -187,7 +211,7 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
         // Regular files, and dangling symlinks (reported as unreadable rather than ignored).
         const bool dangling = entry.is_symlink(e) && !fs::exists(fs::status(p, e));
         if (hidden(p) || !(entry.is_regular_file(e) || dangling)) continue;
-        if (is_supported_image_name(p)) {
+        if (is_supported_image_name(p) || (video && is_video_name(p))) {
             files.push_back(p);
         } else if (is_unsupported_image_name(p)) {
             files.push_back(p);
@@ -203,14 +227,16 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
                 log.warn("{}", o.warning);
                 if (options.on_warning) options.on_warning({p, o.warning});
             }
-            throw DatasetError(folder_text,
-                               "dataset folder " + folder_text + " has no images loom can read (" +
-                                   kImageKinds + "), only " + std::to_string(unsupported) +
-                                   " in other formats; convert them to PNG, JPEG or WebP");
+            throw DatasetError(folder_text, "dataset folder " + folder_text + " has no " +
+                                                files_word + " loom can read (" + kinds +
+                                                "), only " + std::to_string(unsupported) +
+                                                (video ? " images" : "") +
+                                                " in other formats; convert them to PNG, JPEG "
+                                                "or WebP");
         }
-        throw DatasetError(folder_text, "dataset folder " + folder_text + " has no images (" +
-                                            kImageKinds +
-                                            "); add images or fix datasets[].folder_path");
+        throw DatasetError(folder_text, "dataset folder " + folder_text + " has no " + files_word +
+                                            " (" + kinds + "); add " + files_word +
+                                            " or fix datasets[].folder_path");
     }
 
     // Decoding dominates: examine files on up to num_workers threads, report in sorted order.
@@ -240,11 +266,18 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
         }
     }
     if (out.images.empty())
-        throw DatasetError(folder_text, "none of the " + std::to_string(files.size()) +
-                                            " images in " + folder_text +
+        throw DatasetError(folder_text, "none of the " + std::to_string(files.size()) + " " +
+                                            files_word + " in " + folder_text +
                                             " could be used (each was skipped with a warning "
                                             "above); fix or replace them");
-    log.info("dataset {}: {} images, {} skipped", folder_text, out.images.size(), out.skipped);
+    const std::size_t clips = static_cast<std::size_t>(std::count_if(
+        out.images.begin(), out.images.end(), [](const ImageRecord& r) { return r.is_clip(); }));
+    if (video) {
+        log.info("dataset {}: {} clips, {} images, {} skipped", folder_text, clips,
+                 out.images.size() - clips, out.skipped);
+    } else {
+        log.info("dataset {}: {} images, {} skipped", folder_text, out.images.size(), out.skipped);
+    }
     return out;
 }
 

@@ -39,10 +39,29 @@ Image tensor_to_image(const at::Tensor& tensor) {
     return out;
 }
 
-at::Tensor load_item_tensor(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y) {
-    const Image decoded = read_image(image.path);
-    const Image fitted = fit_to_bucket(decoded, plan_crop(decoded.width, decoded.height, bucket));
+at::Tensor fitted_tensor(const Image& image, BucketSize bucket, bool flip_x, bool flip_y) {
+    const Image fitted = fit_to_bucket(image, plan_crop(image.width, image.height, bucket));
     return image_to_tensor(flip_image(fitted, flip_x, flip_y));
+}
+
+at::Tensor fitted_clip_tensor(const std::vector<Image>& frames, BucketSize bucket, bool flip_x,
+                              bool flip_y) {
+    TORCH_CHECK(!frames.empty(), "fitted_clip_tensor: a clip needs at least one frame");
+    if (frames.size() == 1) return fitted_tensor(frames.front(), bucket, flip_x, flip_y);
+    std::vector<at::Tensor> fitted;
+    fitted.reserve(frames.size());
+    for (const Image& f : frames) fitted.push_back(fitted_tensor(f, bucket, flip_x, flip_y));
+    HostAllocations host;
+    return at::stack(fitted, 1);  // [3, F, H, W]
+}
+
+at::Tensor load_item_tensor(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y,
+                            const std::vector<std::int64_t>& frame_indices) {
+    if (image.is_clip()) {
+        return fitted_clip_tensor(read_video_frames(image.path, frame_indices), bucket, flip_x,
+                                  flip_y);
+    }
+    return fitted_tensor(read_image(image.path), bucket, flip_x, flip_y);
 }
 
 }  // namespace loom::data

@@ -92,6 +92,16 @@ void store_entry(const fs::path& path, const NamedTensors& tensors,
     write_tensors(path, tensors, metadata);
 }
 
+// "0,2,4": the frames of a clip, in a key and in a cache file's metadata.
+std::string frame_list(const std::vector<std::int64_t>& frames) {
+    std::string out;
+    for (std::int64_t f : frames) {
+        if (!out.empty()) out += ',';
+        out += std::to_string(f);
+    }
+    return out;
+}
+
 std::string read_bytes(const fs::path& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr)
@@ -109,16 +119,19 @@ std::string read_bytes(const fs::path& path) {
 }  // namespace
 
 std::string LatentKey::key() const {
-    return short_digest(std::string("loom-latent-v1\n") + content_hash + "\n" + bucket.key() +
-                        "\n" + flag(flip_x) + "\n" + flag(flip_y) + "\n" + model);
+    // An image's key is unchanged from before clips existed, so its cache files stay valid.
+    std::string text = std::string("loom-latent-v1\n") + content_hash + "\n" + bucket.key() + "\n" +
+                       flag(flip_x) + "\n" + flag(flip_y) + "\n" + model;
+    if (!frames.empty()) text += "\nframes " + frame_list(frames);
+    return short_digest(text);
 }
 
 LatentCache::LatentCache(std::string model_identity, bool keep_in_memory, bool keep_on_disk)
     : model_(std::move(model_identity)), in_memory_(keep_in_memory), on_disk_(keep_on_disk) {}
 
 LatentKey LatentCache::key_for(const ImageRecord& image, BucketSize bucket, bool flip_x,
-                               bool flip_y) const {
-    return {image.content_hash, bucket, flip_x, flip_y, model_};
+                               bool flip_y, const std::vector<std::int64_t>& frames) const {
+    return {image.content_hash, bucket, flip_x, flip_y, model_, frames};
 }
 
 fs::path LatentCache::disk_path(const ImageRecord& image, const LatentKey& key) {
@@ -127,8 +140,8 @@ fs::path LatentCache::disk_path(const ImageRecord& image, const LatentKey& key) 
 }
 
 at::Tensor LatentCache::get(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y,
-                            const Encode& encode) {
-    const LatentKey key = key_for(image, bucket, flip_x, flip_y);
+                            const Encode& encode, const std::vector<std::int64_t>& frames) {
+    const LatentKey key = key_for(image, bucket, flip_x, flip_y, frames);
     const std::string id = key.key();
     if (in_memory_) {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -139,10 +152,10 @@ at::Tensor LatentCache::get(const ImageRecord& image, BucketSize bucket, bool fl
         }
     }
     const fs::path path = disk_path(image, key);
-    const SafetensorsMetadata meta = {
-        {"format", kLatentFormat}, {"content_sha256", key.content_hash},
-        {"bucket", bucket.key()},  {"flip_x", flag(flip_x)},
-        {"flip_y", flag(flip_y)},  {"model", model_}};
+    SafetensorsMetadata meta = {{"format", kLatentFormat}, {"content_sha256", key.content_hash},
+                                {"bucket", bucket.key()},  {"flip_x", flag(flip_x)},
+                                {"flip_y", flag(flip_y)},  {"model", model_}};
+    if (!frames.empty()) meta.emplace_back("frames", frame_list(frames));
     std::string stale;
     if (on_disk_) {
         if (std::optional<NamedTensors> t = load_entry(path, "latent", meta, stale)) {
@@ -162,9 +175,10 @@ at::Tensor LatentCache::get(const ImageRecord& image, BucketSize bucket, bool fl
             "{} changed since the dataset was scanned; encoding its current "
             "content, not caching it on disk (restart to rescan)",
             image.path.string());
-    const Image decoded = decode_image(bytes, image.path.string());
-    const Image fitted = fit_to_bucket(decoded, plan_crop(decoded.width, decoded.height, bucket));
-    const at::Tensor pixels = image_to_tensor(flip_image(fitted, flip_x, flip_y));
+    const at::Tensor pixels =
+        image.is_clip()
+            ? fitted_clip_tensor(read_video_frames(image.path, frames), bucket, flip_x, flip_y)
+            : fitted_tensor(decode_image(bytes, image.path.string()), bucket, flip_x, flip_y);
     const at::Tensor latent = encode(pixels);
     TORCH_CHECK(latent.defined(), "the latent encoder returned an undefined tensor for ",
                 image.path.string());

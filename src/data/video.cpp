@@ -33,35 +33,6 @@ bool is_video_name(const std::filesystem::path& path) {
     return ext == ".mp4" || ext == ".webm" || ext == ".mov" || ext == ".mkv";
 }
 
-std::vector<std::int64_t> clip_frame_indices(std::int64_t total, std::int64_t count, bool shrink,
-                                             double source_fps, double fps) {
-    if (total < 1 || count < 1) throw Error("a clip needs at least one frame");
-    std::vector<std::int64_t> out;
-    out.reserve(static_cast<std::size_t>(count));
-    const auto spread = [&] {
-        // np.linspace(0, total - 1, count, dtype=int): evenly spaced, truncated.
-        for (std::int64_t i = 0; i < count; ++i) {
-            const double at = count == 1 ? 0.0
-                                         : static_cast<double>(i) * static_cast<double>(total - 1) /
-                                               static_cast<double>(count - 1);
-            out.push_back(static_cast<std::int64_t>(at));
-        }
-    };
-    const double step = fps > 0 && source_fps > 0 ? source_fps / fps : 1.0;
-    if (shrink || static_cast<double>(count - 1) * step > static_cast<double>(total - 1)) {
-        spread();
-        return out;
-    }
-    for (std::int64_t i = 0; i < count; ++i) {
-        out.push_back(static_cast<std::int64_t>(static_cast<double>(i) * step));
-    }
-    return out;
-}
-
-std::int64_t snap_to_4k_plus_1(std::int64_t frames) {
-    return frames < 1 ? 1 : (frames - 1) / 4 * 4 + 1;
-}
-
 #if LOOM_HAVE_FFMPEG
 
 namespace {

@@ -60,9 +60,20 @@ void EventLog::oom(const OomEvent& e, const std::string& plan) {
     j["free"] = e.memory.free;
     j["total"] = e.memory.total;
     j["peak"] = e.memory.peak_allocated;
-    j["bucket"] = e.bucket ? nlohmann::json(std::to_string(e.bucket->first) + "x" +
-                                            std::to_string(e.bucket->second))
-                           : nlohmann::json(nullptr);
+    // As data::BucketSize::key names it: "512x512", a clip's "512x512x9f".
+    if (e.bucket) {
+        std::string key = std::to_string(e.bucket->first);
+        key += 'x';
+        key += std::to_string(e.bucket->second);
+        if (e.bucket_frames > 1) {
+            key += 'x';
+            key += std::to_string(e.bucket_frames);
+            key += 'f';
+        }
+        j["bucket"] = key;
+    } else {
+        j["bucket"] = nullptr;
+    }
     j["after_sample"] = e.after_sample;
     j["plan"] = plan;
     j["message"] = e.message;

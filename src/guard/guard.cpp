@@ -91,6 +91,7 @@ OomEvent Guard::make_event(Phase phase, Work work, std::optional<std::int64_t> s
     e.bytes_requested = requested_bytes(e.message);
     e.memory = device_.stats();
     e.bucket = bucket_;
+    e.bucket_frames = bucket_frames_;
     e.buckets = target_ != nullptr ? target_->bucket_facts() : BucketFacts{};
     e.after_sample = after_sample_;
     return e;
@@ -102,6 +103,7 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
     for (;;) {
         std::exception_ptr failure;
         bucket_.reset();
+        bucket_frames_ = 1;
         device_.reset_peak();  // the attempt's own peak: what was in use when it failed
         const std::uint64_t injected_before = fault_injector().failures_injected();
         const auto started = std::chrono::steady_clock::now();
@@ -249,8 +251,9 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
     return true;
 }
 
-void Guard::note_bucket(int width, int height) {
+void Guard::note_bucket(int width, int height, int frames) {
     bucket_ = std::make_pair(width, height);
+    bucket_frames_ = frames;
     step_buckets_.insert(std::int64_t(width) * height);
 }
 

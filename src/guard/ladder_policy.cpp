@@ -200,11 +200,13 @@ std::optional<Plan> batch_one(const Plan& plan, const OomEvent&, const History&,
     return p;
 }
 
-std::optional<Plan> fewer_frames_again(const Plan& plan, const OomEvent&, const History&,
+// Halves the frames the clips have now: the cap, or the longest clip when all are shorter.
+std::optional<Plan> fewer_frames_again(const Plan& plan, const OomEvent& event, const History&,
                                        const PolicyContext& context) {
-    if (!context.video || plan.frames <= 1) return std::nullopt;
+    const int frames = std::min(plan.frames, event.buckets.longest_clip.value_or(plan.frames));
+    if (!context.video || frames <= 1) return std::nullopt;
     Plan p = plan;
-    p.frames = halve_frames(plan.frames);
+    p.frames = halve_frames(frames);
     return p;
 }
 

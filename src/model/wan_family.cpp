@@ -28,6 +28,10 @@ int64_t WanFamily::bucket_divisibility() const {
     return find_arch_spec(arch_)->bucket_divisibility;
 }
 
+int64_t WanFamily::temporal_compression() const {
+    return model_.vae->config().temporal_compression();
+}
+
 LatentDistribution WanFamily::encode_pixels(const at::Tensor& pixels) {
     if (pixels.dim() == 4) return model_.vae->encode(pixels.unsqueeze(2));  // a one-frame clip
     return model_.vae->encode(pixels);

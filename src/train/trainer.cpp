@@ -114,11 +114,13 @@ class Trainer final : public guard::GuardedTarget {
 
 guard::PolicyContext Trainer::policy_context() const {
     guard::PolicyContext c;
-    // SD 1.x / SDXL and Flux are image models. Wan is a video model: its previews' frames are a
-    // rung; its training clips have frames to cut once video datasets land (plan.frames is 1
-    // until then, and the training frames rungs stay out of the way).
+    // SD 1.x / SDXL and Flux are image models. Wan is a video model: its previews' frames and
+    // its training clips' frames are rungs, the first halving of the clips before any other
+    // step rung (the clip length the job asks for is the longest dataset's).
     const ArchSpec* spec = find_arch_spec(process_.model.arch.value_or(""));
     c.video = spec != nullptr && spec->video;
+    for (const config::DatasetConfig& d : process_.datasets)
+        c.job_frames = std::max(c.job_frames, d.num_frames);
     c.low_vram_levels = LowVramMode::kLevels;
     c.host_threads = at::get_num_threads();
     const std::vector<PreviewRequest> requests = preview_requests(process_);
@@ -263,8 +265,11 @@ void Trainer::load() {
 
 void Trainer::prepare_data() {
     data_ = std::make_unique<TrainingData>(
-        process_, static_cast<int>(model_->bucket_divisibility()),
-        process_.model.name_or_path + "|" + model_->arch(), plan(), run_.root(), seed());
+        process_,
+        TrainingData::ModelFacts{static_cast<int>(model_->bucket_divisibility()),
+                                 static_cast<int>(model_->temporal_compression()),
+                                 process_.model.name_or_path + "|" + model_->arch()},
+        plan(), run_.root(), seed());
     encoders_ = std::make_unique<TrainingEncoders>(*model_, *low_vram_, *device_, seed());
     if (process_.perf.cuda_graphs) {
         graphs_ = make_step_graphs(*device_);
@@ -371,7 +376,7 @@ void Trainer::train_steps(TrainSummary& summary, RunRecord& record) {
         StepReport report{step_, loss, lr};
         report.seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        for (const data::Batch& b : work.batches) report.buckets.push_back(b.bucket.key());
+        report.buckets = step_runner_->buckets_trained();
         report.memory = device_->stats();
         report.times = step_runner_->times();
         summary.losses.push_back(loss);

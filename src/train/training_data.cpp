@@ -17,17 +17,18 @@ const Logger& log() {
 
 }  // namespace
 
-TrainingData::TrainingData(const config::ProcessConfig& process, int divisibility,
-                           std::string model_identity, const guard::Plan& plan,
-                           std::filesystem::path run_root, std::uint64_t seed)
-    : divisibility_(divisibility),
-      cache_identity_(std::move(model_identity)),
+TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts model,
+                           const guard::Plan& plan, std::filesystem::path run_root,
+                           std::uint64_t seed)
+    : divisibility_(model.divisibility),
+      cache_identity_(std::move(model.identity)),
       run_root_(std::move(run_root)) {
     std::size_t first_image = 0;
     for (std::size_t d = 0; d < process.datasets.size(); ++d) {
         const config::DatasetConfig& dc = process.datasets[d];
         datasets_.push_back(data::scan_dataset(dc));
         caption_options_.push_back(data::CaptionOptions::from(dc));
+        clip_sampling_.push_back(data::ClipSampling::from(dc, model.temporal_compression));
         const data::ScannedDataset& scanned = datasets_.back();
         auto items = data::expand_items(scanned.images.size(), dc.resolution, dc.num_repeats,
                                         dc.flip_x, dc.flip_y, d, first_image);
@@ -55,9 +56,8 @@ TrainingData::TrainingData(const config::ProcessConfig& process, int divisibilit
             break;
         }
     }
-    order_ = std::make_unique<data::DataOrder>(
-        data::assign_buckets(dataset_items_, image_sizes_, divisibility_, plan.max_bucket_pixels),
-        batch, seed);
+    order_ = std::make_unique<data::DataOrder>(bucket_items(plan.frames, plan.max_bucket_pixels),
+                                               batch, seed);
     log_buckets();
     cache_text_ = process.train.cache_text_embeddings;
     for (const auto& dc : process.datasets) {
@@ -98,10 +98,27 @@ std::unique_ptr<data::TextEmbeddingCache> TrainingData::make_text_cache(
         in_ram ? std::nullopt : std::optional<std::filesystem::path>(run_root_ / "cache"));
 }
 
+data::BucketPlan TrainingData::bucket_items(int max_frames,
+                                            std::optional<std::int64_t> max_pixels) {
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+        const data::ImageRecord& record = *items_[i].image;
+        int frames = 1;  // an image, also in a video dataset
+        if (record.is_clip()) {
+            frames = static_cast<int>(
+                clip_sampling_.at(items_[i].dataset)
+                    .frames_for(record.video->frames, record.video->fps, max_frames));
+        }
+        items_[i].item.frames = frames;
+        dataset_items_[i].frames = frames;
+    }
+    return data::assign_buckets(dataset_items_, image_sizes_, divisibility_, max_pixels);
+}
+
 void TrainingData::apply_plan(const guard::Plan& from, const guard::Plan& to) {
-    if (from.max_bucket_pixels != to.max_bucket_pixels) {
-        order_->replace_plan(data::assign_buckets(dataset_items_, image_sizes_, divisibility_,
-                                                  to.max_bucket_pixels));
+    if (from.max_bucket_pixels != to.max_bucket_pixels || from.frames != to.frames) {
+        // The items keep their place in the data order; a retried step's items train at their
+        // new bucket (data::split_micro_batches regroups them).
+        order_->replace_plan(bucket_items(to.frames, to.max_bucket_pixels));
         log_buckets();
     }
     if (from.host.memory_caches != to.host.memory_caches) {
@@ -126,6 +143,9 @@ guard::BucketFacts TrainingData::bucket_facts() const {
     if (f.active == 0) f.smallest_side = 256;
     if (const data::Bucket* largest = plan.largest()) f.largest_area = largest->size.area();
     f.next_cap = data::next_smaller_cap(plan);
+    for (const data::Bucket& b : plan.buckets) {
+        if (!b.items.empty()) f.longest_clip = std::max(f.longest_clip.value_or(1), b.size.frames);
+    }
     return f;
 }
 
@@ -138,8 +158,14 @@ void TrainingData::log_buckets() const {
 at::Tensor TrainingData::latent(std::size_t index, data::BucketSize bucket,
                                 const LatentEncode& encode) {
     const TrainingItem& it = items_.at(index);
-    return latent_cache_->get(*it.image, bucket, it.item.flip_x, it.item.flip_y,
-                              [&](const at::Tensor& image) { return encode(it, image); });
+    std::vector<std::int64_t> frames;  // a clip's, at the bucket's frame count
+    if (it.image->is_clip()) {
+        frames = clip_sampling_.at(it.dataset)
+                     .indices(it.image->video->frames, it.image->video->fps, bucket.frames);
+    }
+    return latent_cache_->get(
+        *it.image, bucket, it.item.flip_x, it.item.flip_y,
+        [&](const at::Tensor& image) { return encode(it, image); }, frames);
 }
 
 void TrainingData::cache_all_latents(const LatentEncode& encode) {

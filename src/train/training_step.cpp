@@ -53,12 +53,19 @@ double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
     std::size_t total = 0;
     for (const auto& m : micro) total += m.slots.size();
     times_ = {};
+    buckets_trained_.clear();
+    for (const data::MicroBatch& m : micro) {
+        const std::string key = m.bucket.key();
+        if (std::find(buckets_trained_.begin(), buckets_trained_.end(), key) ==
+            buckets_trained_.end())
+            buckets_trained_.push_back(key);
+    }
     parts_.lora.optimizer().zero_grad();
     const bool graphs = graphed(plan);
     if (graphs) graphed_->begin_step();
     at::Tensor loss;
     for (const data::MicroBatch& m : micro) {
-        parts_.guard.note_bucket(m.bucket.width, m.bucket.height);
+        parts_.guard.note_bucket(m.bucket.width, m.bucket.height, m.bucket.frames);
         const at::Tensor part =
             forward_backward(m, work.batches, work.index, total, graphs ? &plan : nullptr);
         loss = loss.defined() ? loss + part : part;
@@ -84,7 +91,8 @@ std::string TrainingStep::probe(const guard::Plan& plan) {
     const std::vector<data::MicroBatch> micro =
         data::split_micro_batches({b}, parts_.data.buckets(), plan.batch_size);
     parts_.lora.optimizer().zero_grad();
-    parts_.guard.note_bucket(micro.front().bucket.width, micro.front().bucket.height);
+    parts_.guard.note_bucket(micro.front().bucket.width, micro.front().bucket.height,
+                             micro.front().bucket.frames);
     // Eager even under perf.cuda_graphs: the probe measures the step's peak, and a capture's
     // pool would keep its memory.
     forward_backward(micro.front(), {b}, /*step_index=*/0, micro.front().slots.size(),

@@ -288,6 +288,47 @@ TEST(ConfigWarnings, UNetModuleSetIsNotedOnFluxOnly) {
     EXPECT_EQ(flux.warnings[0].kind, DiagnosticKind::kNote);
 }
 
+// A video dataset's keys: on Wan, num_frames is kept at 1 + 4k (noted when snapped) and
+// auto_frame_count's longest clip is 81 frames unless num_frames says; on an image model they
+// are noted and put back to images.
+TEST(ConfigWarnings, VideoDatasetKeysFollowTheModel) {
+    const auto job = [](const std::string& arch, const std::string& dataset_keys) {
+        std::string text = with("        arch: " + arch + "\n");
+        const std::string folder = "        - folder_path: data\n";
+        text.replace(text.find(folder), folder.size(), folder + dataset_keys);
+        return load(text);
+    };
+    const LoadedJob wan = job("wan21",
+                              "          num_frames: 16\n          fps: 16\n"
+                              "          shrink_video_to_frames: false\n");
+    const DatasetConfig& d = wan.job.config.process.at(0).datasets.at(0);
+    EXPECT_EQ(d.num_frames, 13);
+    EXPECT_EQ(d.fps, 16);
+    EXPECT_FALSE(d.shrink_video_to_frames);
+    ASSERT_EQ(wan.warnings.size(), 1u);
+    EXPECT_EQ(wan.warnings[0].kind, DiagnosticKind::kNote);
+    EXPECT_EQ(wan.warnings[0].key_path, "config.process.0.datasets.0.num_frames");
+    EXPECT_NE(wan.warnings[0].message.find("loom takes 13 frames per clip"), std::string::npos)
+        << wan.warnings[0].message;
+
+    EXPECT_TRUE(job("wan21", "          num_frames: 9\n").warnings.empty());
+    const LoadedJob automatic = job("wan21", "          auto_frame_count: true\n");
+    EXPECT_EQ(automatic.job.config.process.at(0).datasets.at(0).num_frames, 81);
+    ASSERT_EQ(automatic.warnings.size(), 1u);
+    EXPECT_EQ(automatic.warnings[0].key_path, "config.process.0.datasets.0.auto_frame_count");
+    const LoadedJob capped =
+        job("wan21", "          auto_frame_count: true\n          num_frames: 33\n");
+    EXPECT_EQ(capped.job.config.process.at(0).datasets.at(0).num_frames, 33);
+    EXPECT_TRUE(capped.warnings.empty());
+
+    const LoadedJob sd = job("sd1", "          num_frames: 9\n");
+    EXPECT_EQ(sd.job.config.process.at(0).datasets.at(0).num_frames, 1);
+    ASSERT_EQ(sd.warnings.size(), 1u);
+    EXPECT_EQ(sd.warnings[0].key_path, "config.process.0.datasets.0.num_frames");
+    EXPECT_NE(sd.warnings[0].message.find("'sd1' is an image model"), std::string::npos)
+        << sd.warnings[0].message;
+}
+
 TEST(ConfigWarnings, StrictTurnsWarningsIntoErrors) {
     LoadOptions options;
     options.strict = true;

@@ -139,6 +139,32 @@ TEST(AssignBuckets, SortedBySizeWithEveryItemOnce) {
     }
 }
 
+// A video dataset's clips and images of one size are buckets of their own per frame count
+// (ai-toolkit's "WxHxFf" key); an image's key stays "WxH".
+TEST(AssignBuckets, ClipsBucketByFrameCountToo) {
+    std::vector<DatasetItem> items = expand_items(3, {512}, 1, false, false);
+    items[0].frames = 9;  // a clip
+    items[1].frames = 9;  // a clip of another size
+    items[2].frames = 1;  // an image
+    const std::vector<ImageSize> sizes = {{1024, 1024}, {1920, 1080}, {1024, 1024}};
+    const BucketPlan plan = assign_buckets(items, sizes, 16);
+    ASSERT_EQ(plan.buckets.size(), 3u);
+    EXPECT_EQ(plan.buckets[0].size.key(), "672x384x9f");
+    EXPECT_EQ(plan.buckets[1].size.key(), "512x512");
+    EXPECT_EQ(plan.buckets[2].size.key(), "512x512x9f");
+    EXPECT_EQ(plan.largest()->size.key(), "512x512x9f");  // same area: the longer clip
+    EXPECT_EQ(plan.item_bucket[0], (BucketSize{512, 512, 9}));
+    EXPECT_NE(plan.item_bucket[0], plan.item_bucket[2]);
+    // Fewer frames is another bucket; dropping the largest area keeps each item's frames.
+    items[0].frames = 5;
+    const BucketPlan fewer = assign_buckets(items, sizes, 16);
+    EXPECT_EQ(fewer.item_bucket[0].key(), "512x512x5f");
+    const std::optional<BucketPlan> dropped = drop_largest_bucket(fewer, items, sizes, 16);
+    ASSERT_TRUE(dropped.has_value());
+    EXPECT_EQ(dropped->item_bucket[0].key(), "496x512x5f");  // under the cap 672 * 384
+    EXPECT_EQ(dropped->item_bucket[2].key(), "496x512");     // an image stays an image
+}
+
 TEST(DropLargestBucket, ReBucketsOneSizeDownUntilOneAreaIsLeft) {
     const std::vector<DatasetItem> items = expand_items(3, {512}, 1, false, false);
     const BucketPlan plan = assign_buckets(items, kSizes, 16);

@@ -1,5 +1,5 @@
-// Video clips (data/video.h): which frames a clip gives, decoding through FFmpeg frame for frame,
-// and every unusable file a FormatError naming it — truncated, empty, not a video.
+// Video clips (data/video.h): decoding through FFmpeg frame for frame, and every unusable file a
+// FormatError naming it — truncated, empty, not a video.
 
 #include <gtest/gtest.h>
 
@@ -15,28 +15,6 @@ namespace {
 
 using testing::ramp_frames;
 using testing::write_test_video;
-
-TEST(VideoFrames, ShrinkSpreadsOverTheWholeClipAsNumpyLinspace) {
-    EXPECT_EQ(clip_frame_indices(10, 5, true, 24, 24), (std::vector<std::int64_t>{0, 2, 4, 6, 9}));
-    EXPECT_EQ(clip_frame_indices(81, 1, true, 24, 24), (std::vector<std::int64_t>{0}));
-    EXPECT_EQ(clip_frame_indices(3, 5, true, 24, 24), (std::vector<std::int64_t>{0, 0, 1, 1, 2}));
-}
-
-TEST(VideoFrames, AtTheDatasetFpsFromTheStartOrSpreadWhenTooShort) {
-    // 24 fps source read at 12: every other frame.
-    EXPECT_EQ(clip_frame_indices(100, 3, false, 24, 12), (std::vector<std::int64_t>{0, 2, 4}));
-    // 4 frames two apart need 7; a 5-frame clip is spread instead.
-    EXPECT_EQ(clip_frame_indices(5, 4, false, 24, 12), (std::vector<std::int64_t>{0, 1, 2, 4}));
-    EXPECT_THROW(clip_frame_indices(0, 4, true, 24, 12), Error);
-}
-
-TEST(VideoFrames, SnapsToFourKPlusOne) {
-    EXPECT_EQ(snap_to_4k_plus_1(40), 37);
-    EXPECT_EQ(snap_to_4k_plus_1(41), 41);
-    EXPECT_EQ(snap_to_4k_plus_1(4), 1);
-    EXPECT_EQ(snap_to_4k_plus_1(1), 1);
-    EXPECT_EQ(snap_to_4k_plus_1(0), 1);
-}
 
 TEST(VideoFiles, NamesByExtensionInAnyCase) {
     EXPECT_TRUE(is_video_name("a/clip.MP4"));

@@ -359,6 +359,34 @@ TEST(LadderPolicy, VideoTrainingOrderIsFramesBatchCheckpointingBucket) {
     EXPECT_EQ(p.gradient_accumulation, 4);
 }
 
+// auto_frame_count: every clip may be shorter than the cap (81); the rung halves what the clips
+// have (the longest active one), never a cap that changes nothing.
+TEST(LadderPolicy, FramesHalveTheLongestClipWhenShorterThanTheCap) {
+    Plan p = image_plan();
+    p.frames = 81;
+    PolicyContext c = image_context();
+    c.video = true;
+    c.job_frames = 81;
+    OomEvent e = train_oom();
+    e.buckets.longest_clip = 21;
+    Decision d = decide(p, e, {}, c);
+    EXPECT_EQ(d.rule, "train.fewer_frames");
+    EXPECT_EQ(d.plan.frames, 9);
+    // Batch, checkpointing and buckets spent: frames again, from the longest clip (9 -> 5)...
+    p = conservative_plan();
+    p.frames = 41;
+    e = single_bucket_oom();
+    e.buckets.longest_clip = 9;
+    d = decide(p, e, {}, c);
+    EXPECT_EQ(d.rule, "train.fewer_frames");
+    EXPECT_EQ(d.plan.frames, 5);
+    // ...and with every clip at one frame (images left) nothing for the rung to halve.
+    e.buckets.longest_clip = 1;
+    d = decide(p, e, {}, c);
+    EXPECT_NE(d.rule, "train.fewer_frames");
+    EXPECT_EQ(d.plan.frames, 41);
+}
+
 TEST(LadderPolicy, FramesKeepTheFourKPlusOneForm) {
     EXPECT_EQ(halve_frames(81), 41);
     EXPECT_EQ(halve_frames(41), 21);

@@ -409,7 +409,10 @@ Plan one_step_lighter(Plan plan, std::size_t index) {
         } else if (knob.zero_is_unlimited && v == 0) {
             v = 2;
         } else {
-            const int step = v > 64 ? 64 : 1;  // sample sizes stay multiples of 8 and 64
+            // Sample sizes stay multiples of 8 and 64; a video model's frames are 1 + 4k.
+            const bool frames = static_cast<const void*>(&v) == &plan.frames ||
+                                static_cast<const void*>(&v) == &plan.sample.frames;
+            const int step = v > 64 ? 64 : frames ? 4 : 1;
             v += down ? -step : step;
         }
     });
@@ -493,7 +496,7 @@ config:
           batch_size: 3
           num_frames: 5
       train: {batch_size: 3, steps: 10, gradient_accumulation: 2, gradient_checkpointing: false}
-      model: {name_or_path: model, arch: sd1}
+      model: {name_or_path: model, arch: wan21}
       sample: {sample_every: 5, width: 1024, height: 512, num_frames: 5, prompts: ["a"]}
 )";
 

@@ -13,6 +13,9 @@ namespace loom::config {
 struct ArchName {
     const char* name;
     bool trainable;  // loom can train a LoRA for it
+    // A video model loom trains: datasets may hold clips, whose frame counts are 1 + 4k (Wan's
+    // VAE compresses 4 frames into one after the first).
+    bool video = false;
 };
 
 // Every arch string ai-toolkit accepts.

@@ -124,7 +124,16 @@ struct DatasetConfig {
     bool cache_latents_to_disk = false;
     bool cache_text_embeddings = false;
     int num_workers = 2;
+    // Video datasets (num_frames > 1 or auto_frame_count; a video model only): clips of
+    // num_frames frames (1 + 4k for Wan), spread over the whole clip (shrink_video_to_frames) or
+    // read at `fps`; with auto_frame_count each clip's length at `fps`, at most num_frames.
     int num_frames = 1;
+    bool shrink_video_to_frames = true;
+    int fps = 24;
+    bool auto_frame_count = false;
+    bool trim_auto_frame_count_tail = true;
+
+    bool is_video() const { return num_frames > 1 || auto_frame_count; }
 
     template <class V>
     static void fields(V& v) {
@@ -149,6 +158,10 @@ struct DatasetConfig {
         v("cache_text_embeddings", &DatasetConfig::cache_text_embeddings);
         v("num_workers", &DatasetConfig::num_workers, AtLeast{0});
         v("num_frames", &DatasetConfig::num_frames, AtLeast{1});
+        v("shrink_video_to_frames", &DatasetConfig::shrink_video_to_frames);
+        v("fps", &DatasetConfig::fps, AtLeast{1});
+        v("auto_frame_count", &DatasetConfig::auto_frame_count);
+        v("trim_auto_frame_count_tail", &DatasetConfig::trim_auto_frame_count_tail);
         v.not_yet({"dataset_path",
                    "caption_type",
                    "random_triggers",
@@ -165,10 +178,6 @@ struct DatasetConfig {
                    "cache_latents_num_workers",
                    "cache_tensors_to_disk",
                    "cache_clip_vision_to_disk",
-                   "shrink_video_to_frames",
-                   "fps",
-                   "auto_frame_count",
-                   "trim_auto_frame_count_tail",
                    "do_i2v",
                    "do_audio",
                    "audio_normalize",

@@ -21,15 +21,22 @@
 
 namespace loom::data {
 
+// A bucket's frame size, and for video datasets its clip length: items of one bucket stack into
+// one batch.
 struct BucketSize {
     int width = 0;
     int height = 0;
+    int frames = 1;  // 1 for images (and a video dataset's images, one-frame clips)
 
-    std::int64_t area() const { return std::int64_t(width) * height; }
-    std::string key() const;  // "768x512", as ai-toolkit prints it
-    bool operator==(const BucketSize& o) const { return width == o.width && height == o.height; }
+    std::int64_t area() const { return std::int64_t(width) * height; }  // pixels per frame
+    // "768x512", as ai-toolkit prints it; clips "768x512x9f" (ai-toolkit's video key).
+    std::string key() const;
+    bool operator==(const BucketSize& o) const {
+        return width == o.width && height == o.height && frames == o.frames;
+    }
     bool operator!=(const BucketSize& o) const { return !(*this == o); }
-    // Smaller area first, then narrower first: a total order for sorted output.
+    // Smaller area first, then narrower first, then fewer frames: a total order for sorted
+    // output.
     bool operator<(const BucketSize& o) const;
 };
 
@@ -51,18 +58,20 @@ struct CropPlan {
 };
 CropPlan plan_crop(int width, int height, BucketSize bucket);
 
-// One training example: an image (index into the scanned images) at one resolution entry,
-// possibly mirrored. `dataset` is the index of the datasets[] entry it came from.
+// One training example: an image or clip (index into the scanned files) at one resolution
+// entry, possibly mirrored, with the frames it trains on (1 for an image). `dataset` is the index
+// of the datasets[] entry it came from.
 struct DatasetItem {
     std::size_t image = 0;
     std::size_t dataset = 0;
     int resolution = 512;
     bool flip_x = false;
     bool flip_y = false;
+    int frames = 1;
 
     bool operator==(const DatasetItem& o) const {
         return image == o.image && dataset == o.dataset && resolution == o.resolution &&
-               flip_x == o.flip_x && flip_y == o.flip_y;
+               flip_x == o.flip_x && flip_y == o.flip_y && frames == o.frames;
     }
 };
 
@@ -91,13 +100,14 @@ struct BucketPlan {
     std::vector<BucketSize> item_bucket;     // per item
     std::optional<std::int64_t> max_pixels;  // the cap it was built with, if any
 
-    // The bucket holding the largest area (ties: the wider one); nullptr when empty.
+    // The bucket holding the largest area (ties: the wider one, then the longer clip); nullptr
+    // when empty.
     const Bucket* largest() const;
     std::size_t item_count() const { return item_bucket.size(); }
 };
 
-// Buckets every item with its own resolution (budget resolution²). With `max_pixels`, an item
-// whose bucket is larger than that is bucketed again with max_pixels as its budget; the others
+// Buckets every item with its own resolution (budget resolution²) and frames. With `max_pixels`, an
+// item whose bucket is larger than that is bucketed again with max_pixels as its budget; the others
 // keep their bucket. Throws loom::Error when an item's image index is out of range.
 BucketPlan assign_buckets(const std::vector<DatasetItem>& items,
                           const std::vector<ImageSize>& sizes, int divisibility,

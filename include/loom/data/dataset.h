@@ -12,11 +12,17 @@
 // Captions: the sidecar `<stem><caption_ext>` next to the image; when it is missing or blank,
 // `default_caption`, else "". A leading UTF-8 byte-order mark is dropped.
 //
+// A video dataset (num_frames > 1 or auto_frame_count, ai-toolkit's rule) also holds clips:
+// .mp4, .webm, .mov and .mkv files (any case), each decoded whole once (data/video.h) so that a
+// truncated or unreadable clip is found here, and hashed like an image. Its images train as
+// one-frame clips, as in ai-toolkit.
+//
 // Every file that cannot be used is skipped with exactly one warning naming it (logger "data",
-// and ScanOptions::on_warning): an empty file, an unreadable one, a truncated or corrupt image,
-// an image in a format loom does not read (.gif, .bmp, .tif, .tiff, .heic, .heif, .avif, .jxl
-// files, or a PNG/JPEG/WebP name on other content), a caption file that cannot be read or is not
-// valid UTF-8. A missing folder, a folder without images, or one where no image could be used
+// and ScanOptions::on_warning): an empty file, an unreadable one, a truncated or corrupt image
+// or clip, a clip without frames or when loom was built without FFmpeg, an image in a format
+// loom does not read (.gif, .bmp, .tif, .tiff, .heic, .heif, .avif, .jxl files, or a
+// PNG/JPEG/WebP name on other content), a caption file that cannot be read or is not valid
+// UTF-8. A missing folder, a folder without images (or clips), or one where none could be used
 // throws DatasetError before anything else happens.
 
 #include <cstddef>
@@ -28,6 +34,7 @@
 
 #include "loom/core/error.h"
 #include "loom/data/image.h"
+#include "loom/data/video.h"
 
 namespace loom::config {
 struct DatasetConfig;
@@ -46,15 +53,18 @@ class DatasetError : public Error {
     std::string folder_;
 };
 
-// One usable image.
+// One usable image, or clip of a video dataset.
 struct ImageRecord {
     std::filesystem::path path;
     std::optional<std::filesystem::path> caption_path;  // the sidecar, when it exists
     std::string caption;                                // raw: sidecar, default_caption or ""
     int width = 0;                                      // after EXIF orientation
     int height = 0;
-    ImageFormat format = ImageFormat::kUnknown;
-    std::string content_hash;  // SHA-256 of the file's bytes, 64 lowercase hex digits
+    ImageFormat format = ImageFormat::kUnknown;  // kUnknown for a clip
+    std::string content_hash;        // SHA-256 of the file's bytes, 64 lowercase hex digits
+    std::optional<VideoInfo> video;  // a clip: its decoded frame count and frame rate
+
+    bool is_clip() const { return video.has_value(); }
 };
 
 // A skipped file: `message` is the whole warning line, "skipping <path>: <why>; <what to do>".
@@ -80,7 +90,8 @@ struct ScannedDataset {
 // usable image); everything else about single files is a warning.
 ScannedDataset scan_dataset(const config::DatasetConfig& dataset, const ScanOptions& options = {});
 
-// The extensions scan_dataset reads, and the ones it recognises as images it cannot read.
+// The extensions scan_dataset reads as images, and the ones it recognises as images it cannot
+// read (clips: is_video_name, data/video.h).
 bool is_supported_image_name(const std::filesystem::path& path);
 bool is_unsupported_image_name(const std::filesystem::path& path);
 

@@ -6,6 +6,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "loom/data/bucket.h"
 #include "loom/data/image.h"
 
@@ -19,8 +22,17 @@ at::Tensor image_to_tensor(const Image& image);
 // [-1, 1], (v + 1) * 127.5 rounded to nearest.
 Image tensor_to_image(const at::Tensor& tensor);
 
-// What the trainer feeds the VAE for one item: the image read from disk, fitted to `bucket`
-// (scale + centre crop), flipped as asked, as image_to_tensor. Throws like read_image.
-at::Tensor load_item_tensor(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y);
+// An image fitted to `bucket` (scale + centre crop) and flipped as asked, as image_to_tensor.
+at::Tensor fitted_tensor(const Image& image, BucketSize bucket, bool flip_x, bool flip_y);
+// A clip's frames each fitted and flipped so: [3, F, H, W] for several frames, [3, H, W] (an
+// image's shape) for one.
+at::Tensor fitted_clip_tensor(const std::vector<Image>& frames, BucketSize bucket, bool flip_x,
+                              bool flip_y);
+
+// What the trainer feeds the VAE for one item: the image read from disk, or a clip's frames at
+// `frame_indices` decoded (data/clip_frames.h chooses them), as the two above. Throws like
+// read_image and read_video_frames.
+at::Tensor load_item_tensor(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y,
+                            const std::vector<std::int64_t>& frame_indices = {});
 
 }  // namespace loom::data

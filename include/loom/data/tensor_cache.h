@@ -5,7 +5,8 @@
 // the encoder in as a callable.
 //
 // An entry is identified by a key that digests everything its tensor depends on:
-//   latents:    SHA-256 of the image bytes, bucket size, flip_x, flip_y, model identity
+//   latents:    SHA-256 of the image bytes, bucket size, flip_x, flip_y, model identity, and
+//               for a clip the frames it takes
 //   embeddings: the caption text, model identity
 // (the model identity is the caller's string for "which encoder, which weights, which dtype").
 // Key = the first 16 hex digits of SHA-256 over those fields, so a changed image, bucket, flip
@@ -35,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "loom/data/bucket.h"
 #include "loom/model/tensor_file.h"
@@ -56,24 +58,28 @@ struct LatentKey {
     bool flip_x = false;
     bool flip_y = false;
     std::string model;
+    std::vector<std::int64_t> frames;  // a clip's frame indices; empty for an image
 
     std::string key() const;  // 16 hex digits
 };
 
 class LatentCache {
   public:
-    // [3, H, W] float32 in [-1, 1] (image_tensor.h) -> latent; any device, any dtype.
+    // [3, H, W] (a clip: [3, F, H, W]) float32 in [-1, 1] (image_tensor.h) -> latent; any
+    // device, any dtype.
     using Encode = std::function<at::Tensor(const at::Tensor& image)>;
 
     LatentCache(std::string model_identity, bool keep_in_memory, bool keep_on_disk);
 
-    // The latent of `image` fitted to `bucket` and flipped as asked: from RAM, else from disk,
-    // else read + fit + encode (then stored where configured). Throws like read_image when the
-    // image cannot be read, IoError when a cache file cannot be written.
+    // The latent of `image` fitted to `bucket` and flipped as asked (a clip: its frames at
+    // `frames`): from RAM, else from disk, else read + fit + encode (then stored where
+    // configured). Throws like read_image / read_video_frames when the file cannot be read,
+    // IoError when a cache file cannot be written.
     at::Tensor get(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y,
-                   const Encode& encode);
+                   const Encode& encode, const std::vector<std::int64_t>& frames = {});
 
-    LatentKey key_for(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y) const;
+    LatentKey key_for(const ImageRecord& image, BucketSize bucket, bool flip_x, bool flip_y,
+                      const std::vector<std::int64_t>& frames = {}) const;
     static std::filesystem::path disk_path(const ImageRecord& image, const LatentKey& key);
 
     CacheStats stats() const;

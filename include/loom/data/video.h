@@ -37,15 +37,4 @@ VideoInfo probe_video(const std::filesystem::path& path);
 std::vector<Image> read_video_frames(const std::filesystem::path& path,
                                      const std::vector<std::int64_t>& indices);
 
-// Which `count` frames of a `total`-frame clip a training item takes, as ai-toolkit picks them:
-// `shrink` (shrink_video_to_frames, its default) spreads them evenly over the whole clip
-// (np.linspace(0, total - 1, count) truncated to integers); otherwise they are read at `fps`
-// from the first frame (every source_fps / fps frames), spread over the clip instead when it is
-// too short. count must be at least 1 and total at least 1.
-std::vector<std::int64_t> clip_frame_indices(std::int64_t total, std::int64_t count, bool shrink,
-                                             double source_fps, double fps);
-
-// The longest clip of the form 1 + 4k (what Wan's VAE encodes) not longer than `frames`.
-std::int64_t snap_to_4k_plus_1(std::int64_t frames);
-
 }  // namespace loom::data

@@ -92,8 +92,9 @@ class Guard {
     void run(Phase phase, std::optional<std::int64_t> step, const std::function<void()>& attempt,
              std::optional<Work> work = std::nullopt);
 
-    // The micro-batch about to run (the "sometimes" rule needs the failing batch's bucket).
-    void note_bucket(int width, int height);
+    // The micro-batch about to run (the "sometimes" rule needs the failing batch's bucket; the
+    // events name its frames too).
+    void note_bucket(int width, int height, int frames = 1);
     // A training step completed: its buckets trained fine; counts toward stability.
     void step_succeeded(std::int64_t step);
     // A sampling pass completed (it may leave allocator memory behind).
@@ -145,7 +146,8 @@ class Guard {
     Plan job_plan_;  // the plan the run started from: the measured choice's upper bounds
     History history_;
     std::optional<std::pair<int, int>> bucket_;  // of the running micro-batch
-    std::set<std::int64_t> step_buckets_;        // areas noted during the running step
+    int bucket_frames_ = 1;
+    std::set<std::int64_t> step_buckets_;  // areas noted during the running step
     bool after_sample_ = false;
     std::int64_t steps_on_plan_ = 0;
     double step_seconds_on_plan_ = 0.0;  // the successful training attempts' own time

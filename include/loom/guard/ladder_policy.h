@@ -56,6 +56,9 @@ struct BucketFacts {
     std::int64_t largest_area = 0;         // pixels of the largest active bucket
     std::optional<std::int64_t> next_cap;  // the cap that drops it (nullopt: nothing to drop)
     int smallest_side = 256;               // shorter side of the smallest bucket (sampling floor)
+    // The most frames an active bucket's clips have (below the plan's cap when every clip is
+    // shorter, with auto_frame_count); nullopt: not known, the plan's cap stands for it.
+    std::optional<int> longest_clip;
 };
 
 // Facts about the job that no decision changes.
@@ -84,6 +87,7 @@ struct OomEvent {
     // (what stays held is loom's or foreign), peak_allocated = in use when the attempt failed.
     MemoryStats memory;
     std::optional<std::pair<int, int>> bucket;  // width, height of the failing micro-batch
+    int bucket_frames = 1;                      // and its clips' frames
     BucketFacts buckets;                        // under the plan that failed
     bool after_sample = false;  // a sampling pass ran since the last successful step
     std::string message;

@@ -71,6 +71,9 @@ class ModelFamily {
     // --- data ---
     // Image sides (buckets) are multiples of this.
     virtual int64_t bucket_divisibility() const = 0;
+    // A clip's frame counts are 1 + k times this (its VAE's temporal compression: Wan 4); image
+    // families see only one-frame items.
+    virtual int64_t temporal_compression() const { return 1; }
     // The VAE's distribution for `pixels` in [-1, 1], on the VAE's device in vae_dtype():
     // images [B, 3, H, W] (a video family encodes each as a one-frame clip) or, for a video
     // family, clips [B, 3, F, H, W]. Latents are raw (not yet scaled for training).

@@ -39,6 +39,7 @@ class WanFamily final : public ModelFamily {
     bool predict_is_capturable() const override { return false; }
 
     int64_t bucket_divisibility() const override;
+    int64_t temporal_compression() const override;
     LatentDistribution encode_pixels(const at::Tensor& pixels) override;
     at::Tensor training_latents(const at::Tensor& z) const override;
     at::ScalarType vae_dtype() override;

@@ -21,7 +21,7 @@ struct StepReport {
     double loss = 0.0;
     double lr = 0.0;
     double seconds = 0.0;              // the step's wall time, retries included
-    std::vector<std::string> buckets;  // of the step's batches ("64x64")
+    std::vector<std::string> buckets;  // the step trained in ("64x64", a clip "64x64x9f")
     MemoryStats memory;                // the device after the step
     StepTimes times;                   // of the step's successful attempt
 };

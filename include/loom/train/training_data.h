@@ -1,10 +1,11 @@
 #pragma once
 
 // The training set of a run: the job's datasets scanned and expanded into items (resolutions,
-// repeats, flips), the items bucketed under the plan's bucket cap, the seeded data order that
-// hands out each step's batches, and the latent / text-embedding caches. It owns the memory
-// knobs that are about data — the bucket cap and where the caches live — and applies them when
-// the plan changes. The encoders themselves belong to the model: callers pass them in.
+// repeats, flips), each clip's frames under the plan's frame cap, the items bucketed by size and
+// frames under the plan's bucket cap, the seeded data order that hands out each step's batches,
+// and the latent / text-embedding caches. It owns the memory knobs that are about data — the
+// bucket cap, the clips' frames and where the caches live — and applies them when the plan
+// changes. The encoders themselves belong to the model: callers pass them in.
 
 #include <ATen/core/Tensor.h>
 
@@ -13,12 +14,14 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/config/job.h"
 #include "loom/data/bucket.h"
 #include "loom/data/caption.h"
+#include "loom/data/clip_frames.h"
 #include "loom/data/data_order.h"
 #include "loom/data/dataset.h"
 #include "loom/data/micro_batch.h"
@@ -28,7 +31,7 @@
 
 namespace loom {
 
-// One image of the training set at one resolution, flipped or not, from one dataset.
+// One image or clip of the training set at one resolution, flipped or not, from one dataset.
 struct TrainingItem {
     std::size_t dataset;
     const data::ImageRecord* image;
@@ -37,11 +40,18 @@ struct TrainingItem {
 
 class TrainingData {
   public:
-    // Scans `process`'s datasets (throws like data::scan_dataset), buckets the items with sides
-    // divisible by `divisibility` under `plan`, and sets up the caches the job asks for.
-    // `model_identity` keys the caches; `run_root` holds the text cache once caches leave RAM.
-    TrainingData(const config::ProcessConfig& process, int divisibility, std::string model_identity,
-                 const guard::Plan& plan, std::filesystem::path run_root, std::uint64_t seed);
+    // The model's side of the data: bucket sides are multiples of `divisibility`, clips'
+    // frame counts 1 + k * `temporal_compression`; `identity` keys the caches.
+    struct ModelFacts {
+        int divisibility = 16;
+        int temporal_compression = 1;
+        std::string identity;
+    };
+    // Scans `process`'s datasets (throws like data::scan_dataset), gives each clip its frames
+    // and buckets the items under `plan`, and sets up the caches the job asks for. `run_root`
+    // holds the text cache once caches leave RAM.
+    TrainingData(const config::ProcessConfig& process, ModelFacts model, const guard::Plan& plan,
+                 std::filesystem::path run_root, std::uint64_t seed);
 
     data::DataOrder& order() { return *order_; }
     const data::BucketPlan& buckets() const { return order_->plan(); }
@@ -54,13 +64,15 @@ class TrainingData {
     // (guard::PolicyContext::encoders_idle).
     static bool encoders_can_idle(const config::ProcessConfig& process);
 
-    // The knobs data owns: datasets.max_bucket_pixels, host.memory_caches, and the text cache
-    // that low_vram needs (the text encoder leaves the device).
+    // The knobs data owns: datasets.max_bucket_pixels, datasets.num_frames (the clips' frame
+    // cap), host.memory_caches, and the text cache that low_vram needs (the text encoder leaves
+    // the device).
     void apply_plan(const guard::Plan& from, const guard::Plan& to);
     guard::BucketFacts bucket_facts() const;
     void log_buckets() const;
 
-    // Encodes an item's fitted, flipped image ([3, H, W] in [-1, 1]) into its latent.
+    // Encodes an item's fitted, flipped image ([3, H, W] in [-1, 1]; a clip [3, F, H, W]) into
+    // its latent.
     using LatentEncode =
         std::function<at::Tensor(const TrainingItem& item, const at::Tensor& image)>;
     // The latent of item `index` at `bucket`, from the cache or through `encode`.
@@ -81,12 +93,15 @@ class TrainingData {
                         std::uint64_t seed) const;
 
   private:
+    // Each item's frames under the frame cap `max_frames`, then its bucket under `max_pixels`.
+    data::BucketPlan bucket_items(int max_frames, std::optional<std::int64_t> max_pixels);
     void build_caches(const guard::Plan& p);
     std::unique_ptr<data::TextEmbeddingCache> make_text_cache(const guard::Plan& p) const;
 
     std::vector<data::ScannedDataset> datasets_;
     std::vector<data::CaptionOptions> caption_options_;
-    std::vector<data::DatasetItem> dataset_items_;  // what buckets are assigned from
+    std::vector<data::ClipSampling> clip_sampling_;  // per dataset
+    std::vector<data::DatasetItem> dataset_items_;   // what buckets are assigned from
     std::vector<data::ImageSize> image_sizes_;
     int divisibility_;
     std::vector<TrainingItem> items_;

@@ -71,6 +71,9 @@ class TrainingStep {
 
     // Where the last successful attempt's time went.
     const StepTimes& times() const { return times_; }
+    // The buckets the last successful attempt trained (data::BucketSize::key), in order: after
+    // the ladder changed the buckets or the frames mid-step, not those the batches were drawn in.
+    const std::vector<std::string>& buckets_trained() const { return buckets_trained_; }
 
     // Frees the static buffers and CUDA graphs of perf.cuda_graphs (after an OOM, and when the
     // plan changes); a no-op without them.
@@ -90,6 +93,7 @@ class TrainingStep {
     int gradient_accumulation_;
     double max_grad_norm_;
     StepTimes times_;
+    std::vector<std::string> buckets_trained_;
     std::unique_ptr<GraphedForwardBackward> graphed_;
 };
 
