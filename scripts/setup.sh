@@ -35,6 +35,7 @@ APT_PACKAGES=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcxxopts-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libstb-dev libwebp-dev libsqlitecpp-dev libsqlite3-dev
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video datasets (data/video.h)
+  libgloo-dev  # several processes: Gloo's headers for c10d (dist/process_group.h)
   chromium-headless-shell  # the run report's browser test (tests/report/test_report_browser.sh)
 )
 
