@@ -5,7 +5,8 @@
 # SIGKILL mid-run and rerun, it resumes exactly; diffusers' WanPipeline loads the LoRA with every
 # key used. Under a real budget that holds a 5-frame step but not a 9-frame one, the first OOM of
 # a step halves the clips (train.fewer_frames, 9 -> 5, the events naming the 9-frame bucket), the
-# same step is retried at 5 frames and no step is lost; a restart keeps the 5 frames.
+# same step is retried at 5 frames and no step is lost; a restart keeps the 5 frames. With the
+# preflight probe the 9-frame step is found too big before step 1.
 #   test_train_wan_video.sh LOOM MAKE_TEST_CLIPS PYTHON PARITY_DIR
 set -u
 LOOM="$1"; CLIPS="$2"; PY="$3"; PARITY="$4"
@@ -117,4 +118,25 @@ then ok "the frames rung (9 -> 5) on a real OOM, zero steps lost, kept across th
 else bad "the frames rung (9 -> 5) on a real OOM, zero steps lost, kept across the restart"; fi
 if grep -q "fewer_frames" "$TMP/tight2.log"; then bad "the restart did not need the rung again"
 else ok "the restart did not need the rung again"; fi
+
+# With the preflight probe (loom's default) the 9-frame step is found too big before step 1:
+# the probe's OOM names the bucket, the clips are halved, and every step trains at 5 frames (the
+# store's stable plan from the run above is not reused, so that the probe finds it again).
+rm -rf "$TMP/clips/_latent_cache"
+job probed 2MiB 4 | sed 's/probe: false/probe: true, reuse_stable: off/' >"$TMP/probed.yaml"
+if "$LOOM" train "$TMP/probed.yaml" >"$TMP/probed.log" 2>&1 && "$PY" - "$TMP/runs/probed" <<'PY'
+import json, sys
+run = sys.argv[1]
+events = [json.loads(line) for line in open(f"{run}/events.jsonl")]
+metrics = [json.loads(line) for line in open(f"{run}/metrics.jsonl")]
+probe = [e for e in events if e["event"] == "oom" and e.get("phase") == "probe"]
+assert probe and probe[0]["bucket"] == "128x128x9f", f"probe OOMs {probe}"
+rules = [e["rule"] for e in events if e["event"] == "change" and e["rule"].startswith("train.")]
+assert rules == ["train.fewer_frames"], rules
+assert [m["step"] for m in metrics] == [1, 2, 3, 4], metrics
+clips = {b for m in metrics for b in m["buckets"] if "f" in b}
+assert clips == {"128x128x5f"}, f"clip buckets trained: {clips}"
+PY
+then ok "the probe halves the clips before step 1, every step at 5 frames"
+else bad "the probe halves the clips before step 1, every step at 5 frames"; tail "$TMP/probed.log"; fi
 finish
