@@ -1,0 +1,21 @@
+#pragma once
+
+// The LoRA's gradients summed over the ranks of a data-parallel step: one all-reduce of one flat
+// host buffer per step (not one per tensor), written back into each gradient in its own dtype
+// and device. Each rank weights its items' losses by their share of the global step, so the sum
+// is the global step's mean gradient: N ranks at batch b train what one process at batch N·b
+// trains.
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace loom::dist {
+
+class ProcessGroup;
+
+// Sums the gradients of `params` over `group`, in place. A parameter without a gradient on this
+// rank (no item of its reached it) counts as zeros and gets the sum; the buffer is float32.
+void all_reduce_gradients(ProcessGroup& group, const std::vector<at::Tensor>& params);
+
+}  // namespace loom::dist
