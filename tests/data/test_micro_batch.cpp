@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "loom/core/error.h"
 #include "loom/data/micro_batch.h"
 
@@ -29,6 +31,33 @@ std::vector<std::size_t> slots_of(const std::vector<MicroBatch>& micro) {
         for (const StepSlot& s : m.slots) out.push_back(s.slot);
     }
     return out;
+}
+
+// Two ranks share each batch of 4: rank 0 trains positions 0-1, rank 1 positions 2-3, with the
+// slots one process would give them; together they are the unsharded step.
+TEST(MicroBatch, RanksShareEachBatchKeepingTheirSlots) {
+    const std::vector<Batch> batches = {batch_of({0, 2, 1, 3}, {64, 64}, 0),
+                                        batch_of({4, 5, 0, 1}, {64, 64}, 1)};
+    const auto whole = split_micro_batches(batches, two_bucket_plan(), 4);
+    const auto rank0 = split_micro_batches(batches, two_bucket_plan(), 4, {0, 2});
+    const auto rank1 = split_micro_batches(batches, two_bucket_plan(), 4, {1, 2});
+    std::vector<std::size_t> items0, items1;
+    for (const auto& m : rank0)
+        for (const StepSlot& s : m.slots) items0.push_back(s.item);
+    for (const auto& m : rank1)
+        for (const StepSlot& s : m.slots) items1.push_back(s.item);
+    EXPECT_EQ(items0, (std::vector<std::size_t>{0, 2, 4, 5}));
+    EXPECT_EQ(items1, (std::vector<std::size_t>{1, 3, 0, 1}));
+    EXPECT_EQ(slots_of(rank0), (std::vector<std::size_t>{0, 1, 4, 5}));
+    EXPECT_EQ(slots_of(rank1), (std::vector<std::size_t>{2, 3, 6, 7}));
+    EXPECT_EQ(rank1.front().slots.front().k, 2u);  // its position in the whole batch
+    std::vector<std::size_t> together = slots_of(rank0);
+    for (std::size_t s : slots_of(rank1)) together.push_back(s);
+    std::vector<std::size_t> all = slots_of(whole);
+    std::sort(together.begin(), together.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(together, all);
+    EXPECT_THROW(split_micro_batches(batches, two_bucket_plan(), 4, {0, 3}), Error);
 }
 
 TEST(MicroBatch, WholeBatchesStayWholeWhenTheMicroBatchIsTheBatch) {

@@ -29,10 +29,22 @@ struct MicroBatch {
     std::vector<StepSlot> slots;
 };
 
-// Each batch in order; within a batch, its items grouped by their bucket in `plan` (order of
-// first appearance), each group cut into runs of at most `micro_batch_size`. Throws loom::Error
-// when micro_batch_size < 1.
+// The part of each batch one rank of a data-parallel run trains: of a batch of N·b items
+// (N = ranks), rank r takes the positions r·b .. r·b + b - 1. Its slots keep their positions in
+// the whole batch and step, so their noise, timesteps and caption randomness are those one
+// process training every item draws.
+struct Shard {
+    int rank = 0;
+    int ranks = 1;
+    bool owns(std::size_t k, std::size_t batch_size) const;
+};
+
+// Each batch in order; within a batch, its items (those `shard` owns) grouped by their bucket in
+// `plan` (order of first appearance), each group cut into runs of at most `micro_batch_size`.
+// Throws loom::Error when micro_batch_size < 1, or when a batch does not split evenly over the
+// shard's ranks.
 std::vector<MicroBatch> split_micro_batches(const std::vector<Batch>& batches,
-                                            const BucketPlan& plan, int micro_batch_size);
+                                            const BucketPlan& plan, int micro_batch_size,
+                                            Shard shard = {});
 
 }  // namespace loom::data
