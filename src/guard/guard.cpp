@@ -1,6 +1,7 @@
 #include "loom/guard/guard.h"
 
 #include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -116,7 +117,13 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
             }
         }
         run_peak_ = std::max(run_peak_, device_.stats().peak_allocated);
-        if (!failure) {
+        // Several ranks: the attempt failed if it failed anywhere. A rank whose error is not an
+        // out-of-memory one still answers before it rethrows, so the others find it gone (a
+        // DistError at their next collective) rather than wait for it.
+        const bool failed_here = failure != nullptr;
+        const bool failed =
+            options_.agreement != nullptr ? options_.agreement->any(failed_here) : failed_here;
+        if (!failed) {
             if (work == Work::kSave) history_.save_retries = 0;
             if (phase == Phase::kTrainStep) {
                 step_seconds_on_plan_ +=
@@ -126,13 +133,26 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
             return;
         }
         // Outside the catch block: the attempt's stack, and every tensor it held, is gone.
-        const OomKind kind = classify(failure);
-        if (kind == OomKind::kNotOom) std::rethrow_exception(failure);
-        const OomEvent event = make_event(phase, work, step, kind, failure);
+        std::optional<OomEvent> own;  // nullopt: another rank failed, this one did not
+        if (failed_here) {
+            const OomKind kind = classify(failure);
+            if (kind == OomKind::kNotOom) std::rethrow_exception(failure);
+            own = make_event(phase, work, step, kind, failure);
+        }
         failure = nullptr;
         if (target_ != nullptr) target_->release_after_oom();
         device_.empty_cache();
         ++ooms_;
+        OomEvent event = own.value_or(OomEvent{});
+        std::optional<Decision> together;
+        if (options_.agreement != nullptr) {
+            together = decide_together(own, event);
+            if (!own) {
+                log().warn("another rank ran out of memory in {}; this rank drops its attempt too",
+                           to_string(phase));
+            }
+        }
+        const OomKind kind = event.kind;
         events_.oom(event, describe(plan_));
         if (options_.store != nullptr) {
             OomFacts facts;
@@ -153,9 +173,9 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
                 to_line(OomDisabledLine{phase, step, event.message, describe(plan_)}));
         }
         history_.failed.emplace_back(work, plan_);
-        Decision decision = decide(plan_, event, history_, options_.context);
-        const bool measured = options_.measure && target_ != nullptr && work == Work::kTrain &&
-                              kind != OomKind::kHost &&
+        Decision decision = together ? *together : decide(plan_, event, history_, options_.context);
+        const bool measured = !together && options_.measure && target_ != nullptr &&
+                              work == Work::kTrain && kind != OomKind::kHost &&
                               decision.action == Decision::Action::kRetry &&
                               measured_rung(decision.rule);
         const bool reversible = reversible_change(plan_, decision.plan);
@@ -173,6 +193,31 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
                 throw Error(to_line(HostMemoryLine{phase, step, event.message}));
         }
     }
+}
+
+Decision Guard::decide_together(const std::optional<OomEvent>& own, OomEvent& decisive) {
+    RankAgreement& group = *options_.agreement;
+    const std::vector<std::string> reports = group.gather(own ? event_to_text(*own) : "");
+    std::string text;
+    if (group.leader()) {
+        const auto first = std::find_if(reports.begin(), reports.end(),
+                                        [](const std::string& r) { return !r.empty(); });
+        if (first == reports.end()) throw Error("the ranks agreed on an OOM that none reported");
+        const OomEvent event = event_from_text(*first);
+        // The decision on the plan every rank runs, with the history every rank shares (each
+        // rank records the same failures); the plan that failed is recorded by the caller.
+        History history = history_;
+        history.failed.emplace_back(event.work, plan_);
+        nlohmann::json j;
+        j["event"] = *first;
+        j["decision"] = decision_to_text(decide(plan_, event, history, options_.context));
+        j["rank"] = first - reports.begin();
+        text = j.dump();
+    }
+    const nlohmann::json j = nlohmann::json::parse(group.from_leader(text));
+    decisive = event_from_text(j.at("event").get<std::string>());
+    log().info("rank {}'s out-of-memory error decides for every rank", j.at("rank").get<int>());
+    return decision_from_text(j.at("decision").get<std::string>(), plan_);
 }
 
 void Guard::apply(const Decision& d) {

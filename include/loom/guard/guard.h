@@ -27,6 +27,7 @@
 #include "loom/guard/ladder_policy.h"
 #include "loom/guard/plan.h"
 #include "loom/guard/plan_store.h"
+#include "loom/guard/rank_agreement.h"
 
 namespace loom::guard {
 
@@ -72,6 +73,10 @@ struct GuardOptions {
     double measure_headroom = 0.05;
     // The stable-config store: told of each OOM and each stable plan (nullptr: none).
     PlanStore* store = nullptr;
+    // The other ranks of a data-parallel run (nullptr: this process trains alone). Every
+    // attempt then ends with the group's outcome and every OOM with rank 0's one decision
+    // (rank_agreement.h); the measured choice is not taken (its timings are one rank's).
+    RankAgreement* agreement = nullptr;
 };
 
 class Guard {
@@ -120,6 +125,9 @@ class Guard {
     OomEvent make_event(Phase phase, Work work, std::optional<std::int64_t> step, OomKind kind,
                         const std::exception_ptr& failure) const;
     void apply(const Decision& decision);
+    // Several ranks: the decision rank 0 takes from the first failing rank's event, on every
+    // rank; `decisive` becomes that event.
+    Decision decide_together(const std::optional<OomEvent>& own, OomEvent& decisive);
     // With the probe on, a training-step rung is answered by measurement (ladder_policy.h,
     // measured_candidates): a reversible documented rung is measured with its alternatives
     // around the failing plan and the fastest that fits replaces it (measured_choice); after a
