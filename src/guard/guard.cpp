@@ -143,6 +143,7 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
         if (target_ != nullptr) target_->release_after_oom();
         device_.empty_cache();
         ++ooms_;
+        history_.failed.emplace_back(work, plan_);  // before deciding: the plan that failed
         OomEvent event = own.value_or(OomEvent{});
         std::optional<Decision> together;
         if (options_.agreement != nullptr) {
@@ -172,7 +173,6 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
             throw DoesNotFitError(
                 to_line(OomDisabledLine{phase, step, event.message, describe(plan_)}));
         }
-        history_.failed.emplace_back(work, plan_);
         Decision decision = together ? *together : decide(plan_, event, history_, options_.context);
         const bool measured = !together && options_.measure && target_ != nullptr &&
                               work == Work::kTrain && kind != OomKind::kHost &&
@@ -205,12 +205,10 @@ Decision Guard::decide_together(const std::optional<OomEvent>& own, OomEvent& de
         if (first == reports.end()) throw Error("the ranks agreed on an OOM that none reported");
         const OomEvent event = event_from_text(*first);
         // The decision on the plan every rank runs, with the history every rank shares (each
-        // rank records the same failures); the plan that failed is recorded by the caller.
-        History history = history_;
-        history.failed.emplace_back(event.work, plan_);
+        // rank records the same failures).
         nlohmann::json j;
         j["event"] = *first;
-        j["decision"] = decision_to_text(decide(plan_, event, history, options_.context));
+        j["decision"] = decision_to_text(decide(plan_, event, history_, options_.context));
         j["rank"] = first - reports.begin();
         text = j.dump();
     }
