@@ -1,9 +1,18 @@
 // loom train JOB.yaml: run every process of a job, resuming run folders that have checkpoints.
 // By default the training runs in a child process under the supervisor (supervisor.h);
 // --no-supervise (which is also how the child is started) trains in this process.
+//
+// Several processes (data-parallel, DESIGN.md "several GPUs"): `--nproc N` has the supervisor
+// start N ranks; under torchrun (`torchrun --no-python --nproc-per-node N loom train JOB`) each
+// process finds its rank in the environment and trains in process, torchrun being the
+// supervisor (its --max-restarts restarts the group). Either way each rank joins the c10d group
+// and trains its share of every global batch.
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "command.h"
@@ -13,6 +22,8 @@
 #include "loom/core/exit_codes.h"
 #include "loom/core/logging.h"
 #include "loom/device/faults.h"
+#include "loom/dist/process_group.h"
+#include "loom/dist/rank.h"
 #include "loom/guard/log_wording.h"
 #include "loom/report/html_report.h"
 #include "loom/report/store_history.h"
@@ -20,6 +31,7 @@
 #include "loom/store/store_recorder.h"
 #include "loom/train/trainer.h"
 #include "options.h"
+#include "rank_faults.h"
 #include "stop_signal.h"
 #include "supervisor.h"
 
@@ -49,6 +61,11 @@ cxxopts::Options train_options() {
         "out-of-memory killer (default: off, training runs in a supervised child)")(
         "stop-after", "Stop after N steps without a final save, as if killed (default: none)",
         cxxopts::value<long long>(), "N")(
+        "nproc",
+        "Train on N processes of this machine, one rank each (data-parallel: every step trains "
+        "N times the job's batch; on CUDA rank r uses cuda:r). Multi-node: launch with "
+        "`torchrun --no-python ... loom train JOB` instead (default: 1)",
+        cxxopts::value<int>(), "N")(
         "store",
         "The stable-config database: runs, OOMs and stable plans are recorded there, and a job "
         "starts from the stable plan it knows (default: $LOOM_HOME/stable.db, else "
@@ -74,9 +91,33 @@ void refresh_report(const std::filesystem::path& run,
     }
 }
 
+// How long a rank waits for the others at a collective before it takes them for gone
+// ($LOOM_DIST_TIMEOUT seconds; 600 by default: a rank may still be loading a large model).
+std::chrono::milliseconds dist_timeout() {
+    double seconds = 600.0;
+    if (const char* text = std::getenv("LOOM_DIST_TIMEOUT"); text != nullptr) {
+        char* end = nullptr;
+        seconds = std::strtod(text, &end);
+        if (end == text || *end != '\0' || !(seconds > 0.0)) {
+            throw UsageError(std::string("LOOM_DIST_TIMEOUT is '") + text +
+                             "'; it must be a number of seconds above 0");
+        }
+    }
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
 int train_in_process(const config::Job& job, TrainOverrides o,
-                     const std::optional<std::filesystem::path>& store_file) {
+                     std::optional<std::filesystem::path> store_file) {
     o.stop_requested = &install_stop_handlers();
+    // Several ranks: this process joins the others (rank 0 hosts the rendezvous); the ranks
+    // other than 0 keep no store and print nothing of the run's files.
+    const dist::RankFacts facts = dist::rank_from_environment(dist::process_environment());
+    std::unique_ptr<dist::ProcessGroup> group;
+    if (facts.distributed()) {
+        group = dist::ProcessGroup::open(facts, dist_timeout());
+        o.group = group.get();
+        if (!facts.leader()) store_file.reset();
+    }
     std::optional<store::StoreRecorder> store;
     if (store_file) {
         store.emplace(*store_file);
@@ -93,9 +134,13 @@ int train_in_process(const config::Job& job, TrainOverrides o,
         } catch (const RunFolderBusyError&) {
             throw;  // another trainer's folder: its report is its own
         } catch (const std::exception& e) {
-            if (std::filesystem::exists(run / "events.jsonl"))
+            if (facts.leader() && std::filesystem::exists(run / "events.jsonl"))
                 refresh_report(run, store_file, e.what());
             throw;
+        }
+        if (!facts.leader()) {
+            if (s.interrupted) return to_int(ExitCode::kInterrupted);
+            continue;
         }
         refresh_report(s.run_folder, store_file);
         if (s.final_lora.empty()) {
@@ -149,7 +194,25 @@ int run_train(const std::vector<std::string>& args) {
     const cxxopts::ParseResult parsed = parse_options(options, "train", args);
     if (!parsed.count("job"))
         throw UsageError("loom train: give a job file (see `loom help train`)");
-    const bool supervise = parsed.count("no-supervise") == 0;
+    // Under torchrun (WORLD_SIZE > 1) torchrun supervises: each rank trains in process.
+    const dist::RankFacts facts = dist::rank_from_environment(dist::process_environment());
+    const int nproc = parsed.count("nproc") ? parsed["nproc"].as<int>() : 1;
+    if (nproc < 1 || nproc > kMaxRanks) {
+        throw UsageError("loom train: --nproc " + std::to_string(nproc) + ": give 1 to " +
+                         std::to_string(kMaxRanks) + " processes");
+    }
+    if (nproc > 1 && facts.distributed()) {
+        throw UsageError("loom train: --nproc starts the ranks itself, but this process is rank " +
+                         std::to_string(facts.rank) + " of " + std::to_string(facts.world_size) +
+                         " already (WORLD_SIZE is set, as torchrun sets it); drop --nproc");
+    }
+    if (nproc > 1 && parsed.count("no-supervise")) {
+        throw UsageError(
+            "loom train: --nproc starts and supervises the ranks; it cannot be combined with "
+            "--no-supervise (to start the ranks yourself, set RANK, WORLD_SIZE, MASTER_ADDR and "
+            "MASTER_PORT as torchrun does)");
+    }
+    const bool supervise = parsed.count("no-supervise") == 0 && !facts.distributed();
     config::LoadOptions load;
     if (parsed.count("set")) load.overrides = parsed["set"].as<std::vector<std::string>>();
     load.strict = parsed.count("strict") > 0;
@@ -161,9 +224,9 @@ int run_train(const std::vector<std::string>& args) {
         for (const auto& d : loaded.warnings) std::cerr << d.to_string() << "\n";
         warn_full_fine_tunes(loaded.job);
     }
-    configure_faults(parsed.count("faults")
-                         ? std::optional<std::string>(parsed["faults"].as<std::string>())
-                         : std::nullopt);
+    configure_faults(faults_in_this_rank(
+        parsed.count("faults") ? std::optional<std::string>(parsed["faults"].as<std::string>())
+                               : std::nullopt));
     TrainOverrides o;
     if (parsed.count("device")) o.device = parsed["device"].as<std::string>();
     if (parsed.count("vram")) {
@@ -177,7 +240,7 @@ int run_train(const std::vector<std::string>& args) {
     o.wait_for_run_folder = parsed.count("wait") > 0;
     if (parsed.count("stop-after")) o.stop_after_steps = parsed["stop-after"].as<long long>();
     // The supervised child gets the same arguments, --store included.
-    if (supervise) return supervise_training(loaded.job, args, o.wait_for_run_folder);
+    if (supervise) return supervise_training(loaded.job, args, o.wait_for_run_folder, nproc);
     std::optional<std::filesystem::path> store_file;
     if (parsed.count("store")) {
         store_file = parsed["store"].as<std::string>();

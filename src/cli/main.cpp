@@ -12,6 +12,7 @@
 #include "loom/device/faults.h"
 #include "loom/device/oom_classify.h"
 #include "loom/guard/log_wording.h"
+#include "rank_faults.h"
 #include "usage.h"
 
 namespace {
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
     try {
         // A malformed LOOM_FAULTS is an error at start-up, before any work (--faults, where a
         // command has it, replaces it later).
-        loom::configure_faults(std::nullopt);
+        loom::configure_faults(loom::cli::faults_in_this_rank(std::nullopt));
         return dispatch(args);
     } catch (const loom::ConfigError& e) {
         std::cerr << "error: " << e.what() << "\n";

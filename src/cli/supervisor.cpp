@@ -1,7 +1,10 @@
 #include "supervisor.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,13 +52,16 @@ Logger supervisor_log() {
 
 static_assert(sizeof(pid_t) <= sizeof(sig_atomic_t), "the child's pid lives in a sig_atomic_t");
 volatile sig_atomic_t g_stop_signals = 0;  // how many arrived
-volatile sig_atomic_t g_child = 0;         // the running child, 0 when none
+// The running children, one per rank (one without --nproc); 0 where none runs.
+volatile sig_atomic_t g_children[kMaxRanks] = {};
 
 void on_parent_signal(int) {
     const int count = g_stop_signals + 1;
     g_stop_signals = count;
-    const pid_t child = g_child;
-    if (child > 0) ::kill(child, count == 1 ? SIGTERM : SIGKILL);
+    for (int r = 0; r < kMaxRanks; ++r) {
+        const pid_t child = g_children[r];
+        if (child > 0) ::kill(child, count == 1 ? SIGTERM : SIGKILL);
+    }
 }
 
 void stop_signal_set(sigset_t* set) {
@@ -141,24 +147,74 @@ struct ChildEnd {
 // ---- spawning ---------------------------------------------------------------------------------
 
 // `loom train --no-supervise <args>`; restarts drop --fresh so the child resumes from the run
-// folder's checkpoint and plan.yaml. The flag goes first so that a `--` among the arguments
-// cannot turn it into a positional.
+// folder's checkpoint and plan.yaml, and --nproc stays with the parent (the children are the
+// ranks it starts). The flag goes first so that a `--` among the arguments cannot turn it into a
+// positional.
 std::vector<std::string> child_arguments(const std::vector<std::string>& train_args, bool restart) {
     std::vector<std::string> out = {"loom", "train", "--no-supervise"};
     bool options_ended = false;
-    for (const std::string& a : train_args) {
+    for (std::size_t i = 0; i < train_args.size(); ++i) {
+        const std::string& a = train_args[i];
         if (a == "--") options_ended = true;
         if (restart && !options_ended && (a == "--fresh" || a.rfind("--fresh=", 0) == 0)) continue;
+        if (!options_ended && a == "--nproc") {
+            ++i;  // and its value
+            continue;
+        }
+        if (!options_ended && a.rfind("--nproc=", 0) == 0) continue;
         out.push_back(a);
     }
     return out;
 }
 
-// Forks and execs this executable (/proc/self/exe) with `args`; stdout and stderr are shared.
-pid_t spawn_child(const std::vector<std::string>& args) {
+// A TCP port on the loopback nobody listens on now, for the ranks' rendezvous (rank 0's store).
+int free_loopback_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw Error(std::string("cannot open a socket: ") + std::strerror(errno));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    socklen_t length = sizeof(address);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (!ok) throw Error(std::string("cannot find a free port: ") + std::strerror(err));
+    return ntohs(address.sin_port);
+}
+
+// This process's environment with rank `rank` of `ranks`' variables, as torchrun sets them.
+std::vector<std::string> rank_environment(int rank, int ranks, int port) {
+    static const char* const kSet[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
+                                       "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"};
+    std::vector<std::string> out;
+    for (char** e = environ; *e != nullptr; ++e) {
+        const std::string entry = *e;
+        const std::string name = entry.substr(0, entry.find('='));
+        if (std::find(std::begin(kSet), std::end(kSet), name) == std::end(kSet))
+            out.push_back(entry);
+    }
+    out.push_back("RANK=" + std::to_string(rank));
+    out.push_back("LOCAL_RANK=" + std::to_string(rank));
+    out.push_back("WORLD_SIZE=" + std::to_string(ranks));
+    out.push_back("LOCAL_WORLD_SIZE=" + std::to_string(ranks));
+    out.push_back("MASTER_ADDR=127.0.0.1");
+    out.push_back("MASTER_PORT=" + std::to_string(port));
+    return out;
+}
+
+// Forks and execs this executable (/proc/self/exe) with `args` as the child of slot `slot`
+// (its rank), with `environment` (empty: this process's); stdout and stderr are shared.
+pid_t spawn_child(const std::vector<std::string>& args, int slot = 0,
+                  const std::vector<std::string>& environment = {}) {
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (const std::string& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    char** const child_environ = environment.empty() ? environ : envp.data();
     std::cout.flush();
     std::cerr.flush();
     std::fflush(nullptr);
@@ -179,7 +235,7 @@ pid_t spawn_child(const std::vector<std::string>& args) {
         ::prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (::getppid() != parent) ::_exit(to_int(ExitCode::kInterrupted));
         ::sigprocmask(SIG_SETMASK, &previous, nullptr);
-        ::execv("/proc/self/exe", argv.data());
+        ::execve("/proc/self/exe", argv.data(), child_environ);
         constexpr char kMessage[] =
             "error: cannot start the training process: exec of "
             "/proc/self/exe failed\n";
@@ -188,7 +244,7 @@ pid_t spawn_child(const std::vector<std::string>& args) {
         ::_exit(to_int(ExitCode::kFailure));
     }
     const int fork_errno = errno;
-    if (pid > 0) g_child = pid;
+    if (pid > 0) g_children[slot] = pid;
     ::sigprocmask(SIG_SETMASK, &previous, nullptr);
     if (pid < 0) {
         throw Error(std::string("cannot start the training process: fork failed: ") +
@@ -197,18 +253,24 @@ pid_t spawn_child(const std::vector<std::string>& args) {
     return pid;
 }
 
-// Waits for the child; a signal to the parent meanwhile is forwarded by the handler.
-ChildEnd wait_child(pid_t pid) {
+// Waits for the child `pid` (P_ALL: whichever child ends first; the pid is returned in it); a
+// signal to the parent meanwhile is forwarded by the handler.
+ChildEnd wait_child(pid_t& pid) {
     // Wait without reaping first, so the pid stays the child's (a zombie) while the handler may
     // still signal it, then forget it, then reap.
     siginfo_t info{};
-    while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0) {
+    const idtype_t which = pid > 0 ? P_PID : P_ALL;
+    while (::waitid(which, static_cast<id_t>(std::max<pid_t>(pid, 0)), &info, WEXITED | WNOWAIT) <
+           0) {
         if (errno != EINTR) {
             throw Error(std::string("waiting for the training process failed: ") +
                         std::strerror(errno));
         }
     }
-    g_child = 0;
+    pid = info.si_pid;
+    for (int r = 0; r < kMaxRanks; ++r) {
+        if (g_children[r] == pid) g_children[r] = 0;
+    }
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0) {
         if (errno != EINTR) {
@@ -226,8 +288,32 @@ ChildEnd wait_child(pid_t pid) {
     return end;
 }
 
-ChildEnd run_child(const std::vector<std::string>& args) {
-    return wait_child(spawn_child(args));
+// The training child, or with `ranks` > 1 one child per rank (torchrun's variables set, a
+// fresh rendezvous port each time). The ranks end together: the first that ends otherwise than
+// with exit 0 or on a stop request has the others ended at once with SIGKILL — they would
+// otherwise wait for it until their collectives time out — and its end is the group's.
+ChildEnd run_child(const std::vector<std::string>& args, int ranks) {
+    if (ranks <= 1) {
+        pid_t pid = spawn_child(args);
+        return wait_child(pid);
+    }
+    const int port = free_loopback_port();
+    std::vector<pid_t> running;
+    for (int r = 0; r < ranks; ++r) {
+        running.push_back(spawn_child(args, r, rank_environment(r, ranks, port)));
+    }
+    std::optional<ChildEnd> decisive;
+    while (!running.empty()) {
+        pid_t pid = 0;
+        const ChildEnd end = wait_child(pid);
+        running.erase(std::remove(running.begin(), running.end(), pid), running.end());
+        const bool clean = !end.signaled && end.code == 0;
+        if (clean || decisive) continue;
+        decisive = end;
+        if (stop_requested()) continue;  // every rank checkpoints and stops by itself
+        for (const pid_t other : running) ::kill(other, SIGKILL);
+    }
+    return decisive.value_or(ChildEnd{});
 }
 
 // 0.5 s, 1 s, 2 s, 4 s, 5 s, 5 s, ... for restart 1, 2, 3, ...
@@ -430,7 +516,7 @@ int give_up(const std::vector<ChildEnd>& deaths, int max_restarts, std::size_t p
 }  // namespace
 
 int supervise_training(const config::Job& job, const std::vector<std::string>& train_args,
-                       bool wait_for_run_folders) {
+                       bool wait_for_run_folders, int ranks) {
     ParentSignals signals;
     // The parent owns every run folder of the job while it supervises; its children (restarts
     // included) train under that ownership, and a SIGKILL of the parent leaves the lock to the
@@ -446,7 +532,7 @@ int supervise_training(const config::Job& job, const std::vector<std::string>& t
     std::map<std::size_t, std::vector<ChildEnd>> deaths;  // per process
     for (bool restart = false;; restart = true) {
         if (stop_requested()) return to_int(ExitCode::kInterrupted);
-        const ChildEnd end = run_child(child_arguments(train_args, restart));
+        const ChildEnd end = run_child(child_arguments(train_args, restart), ranks);
         if (stop_requested()) {
             // Asked to stop: no restart. A child that finished or failed on its own says so.
             if (end.signaled && end.code == SIGKILL && g_stop_signals > 1) {

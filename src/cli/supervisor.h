@@ -34,7 +34,12 @@ namespace loom::cli {
 // and to find the run folders).
 // The parent owns the job's run folders (train/run_lock.h) for the whole supervision and shares
 // them with each child; `wait_for_run_folders` waits for a folder another trainer owns.
+// With `ranks` > 1 (`loom train --nproc N`) the child is a group of N ranks of a data-parallel
+// run, started with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and a free
+// MASTER_PORT on the loopback); the first rank to die ends the others at once, and the group is
+// restarted (from the last checkpoint) or given up on as one child would be.
+constexpr int kMaxRanks = 64;
 int supervise_training(const config::Job& job, const std::vector<std::string>& train_args,
-                       bool wait_for_run_folders);
+                       bool wait_for_run_folders, int ranks = 1);
 
 }  // namespace loom::cli

@@ -5,7 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -26,6 +28,16 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
     return spdlog::level::info;
 }
 
+// One rank of several (torchrun's WORLD_SIZE and RANK; `loom train --nproc` sets them too):
+// "[rank1]: ", the prefix torchrun gives its workers' lines, so that the ranks' interleaved
+// output (and `loom doctor` reading it) tells them apart. Empty for a process on its own.
+std::string rank_prefix() {
+    const char* world = std::getenv("WORLD_SIZE");
+    const char* rank = std::getenv("RANK");
+    if (world == nullptr || rank == nullptr || std::atoi(world) <= 1) return {};
+    return std::string("[rank") + rank + "]: ";
+}
+
 // Every logger shares these sinks; a sink added later reaches loggers created earlier.
 struct Sinks {
     std::mutex mutex;
@@ -34,7 +46,7 @@ struct Sinks {
 
     Sinks() {
         console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-        console->set_pattern("%^[%l]%$ %v");
+        console->set_pattern(rank_prefix() + "%^[%l]%$ %v");
         console->set_level(spdlog::level::info);
     }
 };

@@ -7,13 +7,15 @@
 
 namespace loom::dist {
 
-void all_reduce_gradients(ProcessGroup& group, const std::vector<at::Tensor>& params) {
+double all_reduce_gradients(ProcessGroup& group, const std::vector<at::Tensor>& params,
+                            double loss_here) {
     std::int64_t total = 0;
     for (const at::Tensor& p : params) total += p.numel();
     at::Tensor flat;
     {
         HostAllocations host;  // the exchange buffer never counts against the device's budget
-        flat = at::zeros({total}, at::kFloat);
+        flat = at::zeros({total + 1}, at::kFloat);
+        flat[total] = loss_here;
         std::int64_t at_ = 0;
         for (const at::Tensor& p : params) {
             const at::Tensor g = p.grad();
@@ -33,6 +35,7 @@ void all_reduce_gradients(ProcessGroup& group, const std::vector<at::Tensor>& pa
         }
         at_ += p.numel();
     }
+    return flat[total].item<double>();
 }
 
 }  // namespace loom::dist

@@ -62,4 +62,37 @@ RankFacts rank_from_environment(const Environment& env) {
     return f;
 }
 
+std::string faults_for_rank(const std::string& rules, int rank) {
+    std::string out;
+    std::size_t start = 0;
+    while (start <= rules.size()) {
+        std::size_t end = rules.find(';', start);
+        if (end == std::string::npos) end = rules.size();
+        const std::string rule = rules.substr(start, end - start);
+        start = end + 1;
+        std::string kept;
+        std::optional<long long> only;
+        std::size_t f = 0;
+        while (f <= rule.size()) {
+            std::size_t g = rule.find(':', f);
+            if (g == std::string::npos) g = rule.size();
+            const std::string field = rule.substr(f, g - f);
+            f = g + 1;
+            if (field.rfind("rank=", 0) == 0) {
+                only = whole_number(field.substr(5));
+                if (!only || *only < 0) {
+                    throw UsageError("fault rule '" + rule + "': rank= must be a whole number " +
+                                     "from 0 (the rank the rule applies in)");
+                }
+                continue;
+            }
+            kept += (kept.empty() ? "" : ":") + field;
+        }
+        if (only && *only != rank) continue;
+        if (kept.empty()) continue;
+        out += (out.empty() ? "" : ";") + kept;
+    }
+    return out;
+}
+
 }  // namespace loom::dist

@@ -39,8 +39,10 @@ void LogScanner::feed(std::string_view line) {
         const std::string_view segment = line.substr(start, end - start);
         if (segment.find('\x1b') != std::string_view::npos) {
             const std::string clean = strip_ansi(segment);
+            line_rank_ = rank_in_prefix(clean);
             scan_segment(strip_rank_prefix(clean));
         } else {
+            line_rank_ = rank_in_prefix(segment);
             scan_segment(strip_rank_prefix(segment));
         }
         start = end + 1;
@@ -48,6 +50,10 @@ void LogScanner::feed(std::string_view line) {
 }
 
 EvidenceLine LogScanner::here(std::string_view s, std::string note) const {
+    if (line_rank_) {  // several ranks: the evidence says whose line it is
+        return {line_, evidence_text("[rank" + std::to_string(*line_rank_) + "] " + std::string(s)),
+                std::move(note)};
+    }
     return {line_, evidence_text(s), std::move(note)};
 }
 

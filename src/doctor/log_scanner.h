@@ -17,6 +17,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -114,6 +115,9 @@ class LogScanner {
     bool scan_loom_recovered(std::string_view s);
     void set_outcome(const std::string& what, const std::string& message, std::string_view s);
     void add_change(LoomChange c);
+    // A data-parallel loom run: every rank logs the agreed OOM and plan change. True when this
+    // line, from another rank, is one of those already counted from the first.
+    bool echo_of_another_rank(std::string_view s);
     bool scan_progress(std::string_view s);
     void scan_phase_markers(std::string_view s);
     void scan_oom(std::string_view s);
@@ -133,6 +137,9 @@ class LogScanner {
     std::int64_t next_step() const { return std::max(last_bar_, skipped_through_.value_or(0)) + 1; }
 
     std::size_t line_ = 0;
+    std::optional<int> line_rank_;  // the rank the line's launcher prefix names
+    // A line's text → how often each rank logged it (echo_of_another_rank).
+    std::map<std::string, std::map<int, int>> rank_lines_;
     std::array<int, 5> votes_{};  // by LogTool
 
     Phase phase_ = Phase::kNone;

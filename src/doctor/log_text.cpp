@@ -64,6 +64,15 @@ std::string_view strip_rank_prefix(std::string_view s) {
     return rest;
 }
 
+std::optional<int> rank_in_prefix(std::string_view s) {
+    if (strip_rank_prefix(s).size() == s.size()) return std::nullopt;
+    const std::size_t close = s.find(']');
+    std::size_t start = close;
+    while (start > 1 && is_digit(s[start - 1])) --start;
+    if (start == close || close - start > 6) return std::nullopt;
+    return std::atoi(std::string(s.substr(start, close - start)).c_str());
+}
+
 std::string_view strip_log_prefix(std::string_view s) {
     static constexpr std::string_view kLevels[] = {"INFO",  "WARNING", "WARN",
                                                    "DEBUG", "ERROR",   "CRITICAL"};

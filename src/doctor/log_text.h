@@ -45,6 +45,8 @@ std::string strip_ansi(std::string_view s);
 // "[default0]:", mpirun "[1,0]<stderr>:". One space after the colon goes with the prefix, so a
 // traceback's indentation is kept.
 std::string_view strip_rank_prefix(std::string_view s);
+// The rank that prefix names (mpirun's "[1,0]": the last number); nullopt without one.
+std::optional<int> rank_in_prefix(std::string_view s);
 
 // The message of a logging record, without its prefix: timestamps ("2025-03-01 10:00:00,123"),
 // bracketed fields ("[INFO]", "[Rank 0]", "[logging.py:128:log_dist]"), a level word ("INFO    ",

@@ -30,6 +30,7 @@ bool LogScanner::scan_loom_line(std::string_view s) {
 bool LogScanner::scan_loom_oom(std::string_view s) {
     const std::optional<guard::OomLine> line = guard::parse_oom_line(s);
     if (!line) return false;
+    if (echo_of_another_rank(s)) return true;
     Sighting o;
     o.where = here(s);
     o.phase = line->phase;
@@ -45,6 +46,7 @@ bool LogScanner::scan_loom_oom(std::string_view s) {
 bool LogScanner::scan_loom_change(std::string_view s) {
     const std::optional<guard::PlanChangeLine> line = guard::parse_plan_change_line(s);
     if (!line) return false;
+    if (echo_of_another_rank(s)) return true;
     for (const guard::KnobChange& k : line->changes) {
         add_change({line_, k.knob, k.from, k.to, line->rule, line->reason, "", std::nullopt});
     }
@@ -105,6 +107,19 @@ void LogScanner::set_outcome(const std::string& what, const std::string& message
     outcome_line_ = here(s, "loom stopped: " + what);
     // "shows 0 bytes free of 96.00 MiB before loom allocated anything"
     if (figures_.empty() && read_figures(message, figures_)) figures_.line = line_;
+}
+
+// The ranks of a loom data-parallel run agree on each OOM (rank 0 decides from the first failing
+// rank's event, every rank logs that event and the change): the n-th copy of a line is a new
+// event only on the first rank to log it n times.
+bool LogScanner::echo_of_another_rank(std::string_view s) {
+    if (!line_rank_) return false;
+    std::map<int, int>& seen = rank_lines_[std::string(s)];
+    const int mine = ++seen[*line_rank_];
+    for (const auto& [rank, count] : seen) {
+        if (rank != *line_rank_ && count >= mine) return true;
+    }
+    return false;
 }
 
 void LogScanner::add_change(LoomChange c) {

@@ -67,7 +67,13 @@ Guard::Guard(Device& device, Plan plan, GuardOptions options, EventLog& events)
       plan_(std::move(plan)),
       options_(std::move(options)),
       events_(events),
-      job_plan_(plan_) {}
+      job_plan_(plan_) {
+    if (options_.agreement != nullptr) options_.scale_up = false;
+}
+
+void Guard::agree_so_far() {
+    if (options_.agreement != nullptr && options_.agreement->any(false)) throw PeersFailed();
+}
 
 void Guard::check_device_clean() {
     if (device_.spec().kind == DeviceKind::kCpu) return;  // RAM, not an accelerator
@@ -103,6 +109,7 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
     const Work work = work_override.value_or(work_of(phase));
     for (;;) {
         std::exception_ptr failure;
+        bool peers_failed = false;  // the group's outcome, known from agree_so_far
         bucket_.reset();
         bucket_frames_ = 1;
         device_.reset_peak();  // the attempt's own peak: what was in use when it failed
@@ -112,6 +119,8 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
             PhaseScope scope(phase, step);
             try {
                 attempt();
+            } catch (const PeersFailed&) {
+                peers_failed = true;
             } catch (...) {
                 failure = std::current_exception();
             }
@@ -122,7 +131,8 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
         // DistError at their next collective) rather than wait for it.
         const bool failed_here = failure != nullptr;
         const bool failed =
-            options_.agreement != nullptr ? options_.agreement->any(failed_here) : failed_here;
+            peers_failed ||
+            (options_.agreement != nullptr ? options_.agreement->any(failed_here) : failed_here);
         if (!failed) {
             if (work == Work::kSave) history_.save_retries = 0;
             if (phase == Phase::kTrainStep) {
@@ -343,6 +353,7 @@ void Guard::record_stable(std::int64_t step) {
         << "  steps_on_plan: " << steps_on_plan_ << "\n"
         << "  device: \"" << device_.description() << "\"\n"
         << "  total_memory: " << m.total << "\n"
+        << (options_.ranks > 1 ? "  ranks: " + std::to_string(options_.ranks) + "\n" : "")
         << "  peak_allocated: " << run_peak_ << "\n"
         << "  steps_per_second: " << steps_per_second << "\n"
         << "  loom_version: \"" << kVersion << "\"\n"

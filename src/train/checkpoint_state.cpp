@@ -55,6 +55,9 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& s) {
     }
     add_list(tensors, "ema", s.ema);
     tensors.emplace_back("rng_cpu", s.rng_cpu);
+    for (std::size_t r = 0; r < s.rng_ranks.size(); ++r) {
+        tensors.emplace_back("rng_cpu_rank" + std::to_string(r + 1), s.rng_ranks[r]);
+    }
     write_tensors(dir / "state.safetensors", tensors);
     const nlohmann::json meta = {{"step", s.step},
                                  {"optimizer", s.optimizer.kind},
@@ -63,7 +66,9 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& s) {
                                  {"optimizer_scalars", s.optimizer.scalars},
                                  {"lora", s.lora.size()},
                                  {"ema", s.ema.size()},
-                                 {"data_cursor", nlohmann::json::parse(s.data_cursor)}};
+                                 {"data_cursor", nlohmann::json::parse(s.data_cursor)},
+                                 {"world_size", s.world_size},
+                                 {"global_batch", s.global_batch}};
     write_file_atomic(dir / "trainer.json", meta.dump(2) + "\n");
     if (!s.plan_yaml.empty()) write_file_atomic(dir / "plan.yaml", s.plan_yaml);
     write_file_atomic(dir / RunFolder::kCompleteMarker, "ok\n");  // last: the save is whole
@@ -102,6 +107,16 @@ CheckpointState load_checkpoint(const fs::path& dir) {
         auto rng = all.find("rng_cpu");
         if (rng == all.end()) throw FormatError(file.string(), "has no RNG state");
         s.rng_cpu = rng->second;
+        s.world_size = meta.value("world_size", 1);
+        s.global_batch = meta.value("global_batch", 0);
+        for (int r = 1; r < s.world_size; ++r) {
+            auto other = all.find("rng_cpu_rank" + std::to_string(r));
+            if (other == all.end()) {
+                throw FormatError(file.string(), "has no RNG state for rank " + std::to_string(r) +
+                                                     " of " + std::to_string(s.world_size));
+            }
+            s.rng_ranks.push_back(other->second);
+        }
         std::ifstream plan(dir / "plan.yaml");
         if (plan) {
             std::ostringstream text;

@@ -58,7 +58,9 @@ void Progress::write_metrics(const StepReport& r) {
                                   {{"data", r.times.data},
                                    {"forward", r.times.forward},
                                    {"backward", r.times.backward},
-                                   {"optimizer", r.times.optimizer}}}};
+                                   {"optimizer", r.times.optimizer},
+                                   {"sync", r.times.sync}}}};
+    if (metrics_file_.empty()) return;  // a rank other than 0 of a data-parallel run
     if (!metrics_.is_open()) metrics_.open(metrics_file_, std::ios::app);
     metrics_ << line.dump() << "\n";
     metrics_.flush();  // a killed run keeps every finished step's line

@@ -4,13 +4,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 
 #include "loom/config/emit.h"
+#include "loom/core/error.h"
+#include "loom/core/format.h"
 #include "loom/core/logging.h"
 #include "loom/core/version.h"
 #include "loom/device/device.h"
 #include "loom/device/oom_classify.h"
 #include "loom/device/step_graphs.h"
+#include "loom/dist/process_group.h"
 #include "loom/guard/event_log.h"
 #include "loom/guard/guard.h"
 #include "loom/guard/log_wording.h"
@@ -24,6 +28,7 @@
 #include "loom/model/stable_diffusion.h"
 #include "loom/train/base_model.h"
 #include "loom/train/checkpoint_state.h"
+#include "loom/train/group_agreement.h"
 #include "loom/train/lora_training.h"
 #include "loom/train/low_vram.h"
 #include "loom/train/objective.h"
@@ -59,7 +64,15 @@ class Trainer final : public guard::GuardedTarget {
           process_(job.config.process.at(index)),
           index_(index),
           overrides_(overrides),
-          run_(*process_.training_folder, *process_.name) {}
+          run_(*process_.training_folder, *process_.name) {
+        if (overrides_.group != nullptr) {
+            agreement_ = std::make_unique<GroupAgreement>(*overrides_.group);
+            if (!leader()) {  // the store and the run folder are rank 0's alone
+                overrides_.plan_store = nullptr;
+                overrides_.after_checkpoint = nullptr;
+            }
+        }
+    }
 
     TrainSummary run();
 
@@ -79,8 +92,16 @@ class Trainer final : public guard::GuardedTarget {
     void maybe_resume();
     void probe_sampling(const guard::Plan& p);
     void save(std::int64_t step, bool final);
+    // Several ranks: every rank's CPU generator state, in rank order (a collective); one
+    // process: its own.
+    std::vector<at::Tensor> rank_rng_states();
+    // Several ranks: applies the documented rule for a checkpoint saved by another number of
+    // ranks (keep its global batch when the ranks can share it) and gives this rank its RNG.
+    void resume_ranks(const CheckpointState& s);
+    bool leader() const { return overrides_.group == nullptr || overrides_.group->rank() == 0; }
+    int ranks() const { return overrides_.group != nullptr ? overrides_.group->size() : 1; }
     void sample(std::int64_t step);
-    void train_steps(TrainSummary& summary, RunRecord& record);
+    void train_steps(TrainSummary& summary, RunRecord* record);
     void finish(TrainSummary& summary) const;
     std::uint64_t seed() const {
         return static_cast<std::uint64_t>(process_.training_seed.value_or(0));
@@ -94,6 +115,7 @@ class Trainer final : public guard::GuardedTarget {
     TrainOverrides overrides_;
     RunFolder run_;
     std::unique_ptr<Device> device_;
+    std::unique_ptr<GroupAgreement> agreement_;  // several ranks: the guard's agreement
     std::unique_ptr<guard::EventLog> events_;
     std::unique_ptr<guard::Guard> guard_;
     std::unique_ptr<ModelFamily> model_;
@@ -134,23 +156,45 @@ guard::PolicyContext Trainer::policy_context() const {
 
 // The device, the store's key, the starting plan and the guard over them.
 void Trainer::start_guard() {
-    const DeviceSpec spec = parse_device_spec(overrides_.device.value_or(process_.device));
+    const std::string device_text = overrides_.device.value_or(process_.device);
+    DeviceSpec spec = parse_device_spec(device_text);
+    // torchrun's ranks on one node take a GPU each: `cuda` is this rank's (LOCAL_RANK).
+    if (overrides_.group != nullptr && spec.kind == DeviceKind::kCuda && device_text == "cuda") {
+        spec.index = overrides_.group->facts().local_rank;
+    }
     std::optional<std::uint64_t> vram = overrides_.vram;
     if (!vram && process_.oom.vram_limit) vram = process_.oom.vram_limit->bytes;
     device_ = open_device(spec, vram);
     log().info("device: {}", device_->description());
     if (overrides_.plan_store != nullptr) key_ = plan_key(process_, *device_);
+    // A data-parallel run's plans are its ranks' together: kept apart from one GPU's.
+    if (key_ && ranks() > 1) key_->device_name = format("{} x {}", ranks(), key_->device_name);
     guard::GuardOptions options;
     options.enabled = process_.oom.enabled;
     options.context = policy_context();
-    options.plan_file = run_.plan_yaml();
-    options.stable_file = run_.stable_yaml();
+    if (leader()) {  // the others write nothing in the run folder
+        options.plan_file = run_.plan_yaml();
+        options.stable_file = run_.stable_yaml();
+    }
     options.stable_after = process_.oom.stable_after;
     options.scale_up = process_.oom.scale_up;
     options.measure = process_.oom.probe;
     options.store = key_ ? overrides_.plan_store : nullptr;
-    StartingPlan start =
-        starting_plan(process_, run_, overrides_.fresh, options.store, key_, *events_);
+    options.agreement = agreement_.get();
+    options.ranks = ranks();
+    if (agreement_ && process_.oom.scale_up) {
+        log().info("oom.scale_up is off with several ranks: its headroom would be one rank's");
+    }
+    // Rank 0 chooses the plan (plan.yaml, the store's stable plan) and every rank starts on it.
+    StartingPlan start;
+    if (leader()) {
+        start = starting_plan(process_, run_, overrides_.fresh, options.store, key_, *events_);
+    }
+    if (overrides_.group != nullptr) {
+        const std::string text =
+            overrides_.group->broadcast(leader() ? guard::plan_to_yaml(start.plan) : "", 0);
+        if (!leader()) start.plan = guard::parse_plan(text, "rank 0's starting plan");
+    }
     reused_stable_id_ = start.reused_stable_id;
     // A plan.yaml that quantizes otherwise than the job now asks: the run is recorded under the
     // qtypes it trains with, so that no job of the job's qtypes later takes its plan.
@@ -158,11 +202,12 @@ void Trainer::start_guard() {
     guard_ = std::make_unique<guard::Guard>(*device_, start.plan, options, *events_);
     guard_->set_target(this);
     if (plan().host.threads > 0) at::set_num_threads(plan().host.threads);
-    guard::save_plan(run_.plan_yaml(), plan());
+    if (leader()) guard::save_plan(run_.plan_yaml(), plan());
 }
 
 void Trainer::release_after_oom() {
     if (step_runner_) step_runner_->release_graphs();  // before the gradients: it holds them
+    if (step_runner_) step_runner_->undo_update();     // another rank failed after this updated
     if (lora_) lora_->optimizer().zero_grad();         // undefined, not zero-filled: nothing held
     if (low_vram_) low_vram_->drop_prefetched();       // layers block streaming copied ahead
     if (!low_vram_) model_.reset();                    // a load that failed mid-placement
@@ -269,7 +314,7 @@ void Trainer::prepare_data() {
         TrainingData::ModelFacts{static_cast<int>(model_->bucket_divisibility()),
                                  static_cast<int>(model_->temporal_compression()),
                                  process_.model.name_or_path + "|" + model_->arch()},
-        plan(), run_.root(), seed());
+        plan(), run_.root(), seed(), ranks());
     encoders_ = std::make_unique<TrainingEncoders>(*model_, *low_vram_, *device_, seed());
     if (process_.perf.cuda_graphs) {
         graphs_ = make_step_graphs(*device_);
@@ -286,7 +331,9 @@ void Trainer::prepare_data() {
     }
     step_runner_ = std::make_unique<TrainingStep>(
         TrainingStep::Parts{*device_, *model_, *data_, *lora_, objective_, *guard_,
-                            encoders_->latent_encoder(), encoders_->text_encoder(), graphs_.get()},
+                            encoders_->latent_encoder(), encoders_->text_encoder(), graphs_.get(),
+                            data::Shard{overrides_.group ? overrides_.group->rank() : 0, ranks()},
+                            overrides_.group},
         seed(), process_.train.gradient_accumulation, process_.train.max_grad_norm);
     probe_ = std::make_unique<PreflightProbe>(*guard_, *events_, *device_, *step_runner_,
                                               [this](const guard::Plan& p) { probe_sampling(p); });
@@ -294,41 +341,105 @@ void Trainer::prepare_data() {
 
 void Trainer::maybe_resume() {
     if (overrides_.fresh) return;
-    const std::optional<CheckpointState> s =
-        load_newest_checkpoint(run_, [&](std::int64_t step, const std::string& error) {
+    std::optional<CheckpointState> s;
+    if (leader()) {
+        s = load_newest_checkpoint(run_, [&](std::int64_t step, const std::string& error) {
             log().warn(
                 "the checkpoint at step {} cannot be loaded ({}); resuming from the one "
                 "before it",
                 step, error);
             events_->record("checkpoint_unreadable", {{"step", step}, {"error", error}});
         });
+    }
+    if (overrides_.group != nullptr) {  // every rank resumes from the one rank 0 chose
+        const std::string chosen =
+            overrides_.group->broadcast(leader() && s ? std::to_string(s->step) : "", 0);
+        if (!leader() && !chosen.empty()) {
+            s = load_checkpoint(run_.checkpoint_dir(std::stoll(chosen)));
+        }
+    }
     if (!s) return;
     lora_->restore(*s, run_.checkpoint_dir(s->step));
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(s->rng_cpu);
+    resume_ranks(*s);
     data_->order().restore(data::cursor_from_json(s->data_cursor));
     step_ = s->step;
     resumed_ = true;
     log().info("resuming {} from the checkpoint at step {}", run_.root().string(), step_);
 }
 
+// The rule for a checkpoint saved by another number of ranks (docs/MULTI_GPU.md): its global
+// batch is kept, shared by the ranks there are now, so training continues as it would have (the
+// same items, noise and updates); when they cannot share it evenly the resume stops, naming both.
+void Trainer::resume_ranks(const CheckpointState& s) {
+    const int job_batch = data_->order().batch_size() / ranks();
+    const int saved_batch = s.global_batch > 0 ? s.global_batch : job_batch * s.world_size;
+    if (s.world_size != ranks() || saved_batch != data_->order().batch_size()) {
+        if (saved_batch % ranks() != 0) {
+            throw UsageError(format(
+                "the checkpoint at step {} in {} was saved by {} rank(s) with a global batch of {} "
+                "items; {} ranks cannot share it evenly. Resume with a number of ranks that "
+                "divides {}, or start over with --fresh",
+                s.step, run_.state_dir().string(), s.world_size, saved_batch, ranks(),
+                saved_batch));
+        }
+        if (s.world_size != ranks()) {
+            log().info(
+                "the checkpoint at step {} was saved by {} rank(s); {} rank(s) go on with its "
+                "global batch of {} items ({} each), so the run continues as it would have",
+                s.step, s.world_size, ranks(), saved_batch, saved_batch / ranks());
+            events_->record("resume_ranks", {{"step", s.step},
+                                             {"saved_ranks", s.world_size},
+                                             {"ranks", ranks()},
+                                             {"global_batch", saved_batch}});
+        }
+        data_->use_global_batch(saved_batch);
+    }
+    const int r = overrides_.group != nullptr ? overrides_.group->rank() : 0;
+    // A rank the saving run did not have continues from rank 0's generator.
+    const at::Tensor& rng =
+        r > 0 && std::size_t(r) <= s.rng_ranks.size() ? s.rng_ranks[std::size_t(r) - 1] : s.rng_cpu;
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(rng);
+}
+
+std::vector<at::Tensor> Trainer::rank_rng_states() {
+    const at::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
+    if (overrides_.group == nullptr) return {mine};
+    const std::string bytes(static_cast<const char*>(mine.data_ptr()),
+                            static_cast<std::size_t>(mine.numel()));
+    std::vector<at::Tensor> out;
+    for (const std::string& b : overrides_.group->all_gather(bytes)) {
+        at::Tensor t = at::empty({static_cast<std::int64_t>(b.size())}, at::kByte);
+        std::memcpy(t.data_ptr(), b.data(), b.size());
+        out.push_back(t);
+    }
+    return out;
+}
+
 // One sampling pass under `p`'s sampling knobs: every preview with a single denoising step,
 // which has the full sampling peak (the UNet pass and the VAE decode).
 void Trainer::probe_sampling(const guard::Plan& p) {
-    if (!p.sample.enabled) return;
+    if (!p.sample.enabled || !leader()) return;  // rank 0 alone samples
     std::vector<PreviewRequest> requests = preview_requests(process_);
     for (PreviewRequest& r : requests) r.steps = 1;
     render_previews(preview_model(), std::move(requests), p.sample, process_);
 }
 
 void Trainer::save(std::int64_t step, bool final) {
+    // First, before anything can run out of memory: every rank takes part in the gathering.
+    std::vector<at::Tensor> rngs;
+    if (!final) rngs = rank_rng_states();
+    if (!leader()) return;
     const fs::path file = final ? run_.final_lora() : run_.step_lora(step);
     lora_->save_file(
         file, process_,
         kohya_metadata(job_, process_, {step, model_->arch(), plan().gradient_checkpointing}));
     if (!final) {
         CheckpointState s = lora_->checkpoint(step);
-        s.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
+        s.rng_cpu = rngs.front();
+        s.rng_ranks.assign(rngs.begin() + 1, rngs.end());
+        s.world_size = ranks();
+        s.global_batch = data_->order().batch_size();
         s.data_cursor = data::cursor_to_json(data_->order().cursor());
         s.plan_yaml = guard::plan_to_yaml(plan());
         save_checkpoint(run_.checkpoint_dir(step), s);
@@ -346,7 +457,7 @@ void Trainer::save(std::int64_t step, bool final) {
 }
 
 void Trainer::sample(std::int64_t step) {
-    if (!plan().sample.enabled) return;
+    if (!plan().sample.enabled || !leader()) return;  // rank 0 alone samples
     std::vector<PreviewRequest> requests = preview_requests(process_);
     if (requests.empty()) return;
     const std::vector<at::Tensor> images =
@@ -358,11 +469,11 @@ void Trainer::sample(std::int64_t step) {
 
 // The training loop: a step, its metrics, saves and samples, until the job's steps are done or
 // the run is stopped (the --stop-after hook as if killed; a stop request after a checkpoint).
-void Trainer::train_steps(TrainSummary& summary, RunRecord& record) {
+void Trainer::train_steps(TrainSummary& summary, RunRecord* record) {
     const config::TrainConfig& tc = process_.train;
     const config::SampleConfig& sc = process_.sample;
-    Progress progress(run_.metrics_jsonl(), tc.steps,
-                      overrides_.progress_line && ::isatty(STDERR_FILENO),
+    Progress progress(leader() ? run_.metrics_jsonl() : fs::path{}, tc.steps,
+                      leader() && overrides_.progress_line && ::isatty(STDERR_FILENO),
                       process_.logging.log_every);
     while (step_ < tc.steps) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -370,6 +481,7 @@ void Trainer::train_steps(TrainSummary& summary, RunRecord& record) {
         const StepWork work = step_runner_->draw(step_);
         double loss = 0.0;
         guard_->run(Phase::kTrainStep, step_ + 1, [&] { loss = step_runner_->run(work, plan()); });
+        step_runner_->forget_update();  // every rank trained the step
         ++step_;
         guard_->step_succeeded(step_);
         guard_->maybe_scale_up(step_, [&](const guard::Plan& p) { probe_->check(p); });
@@ -383,11 +495,13 @@ void Trainer::train_steps(TrainSummary& summary, RunRecord& record) {
         progress.step_done(report);
         if (overrides_.stop_after_steps &&
             progress.steps_reported() >= *overrides_.stop_after_steps) {
-            record.end(RunStatus::kStopped);
+            if (record) record->end(RunStatus::kStopped);
             stopped_early_ = true;
             return;  // as if killed: no final save
         }
-        const bool stop = overrides_.stop_requested != nullptr && overrides_.stop_requested->load();
+        bool stop = overrides_.stop_requested != nullptr && overrides_.stop_requested->load();
+        // A stop signal reaches the ranks at different steps: they stop together.
+        if (overrides_.group != nullptr) stop = overrides_.group->any(stop);
         if (step_ < tc.steps && (step_ % process_.save.save_every == 0 || stop)) {
             guard_->run(Phase::kSave, step_, [&] { save(step_, false); });
         }
@@ -396,7 +510,7 @@ void Trainer::train_steps(TrainSummary& summary, RunRecord& record) {
                        step_);
             events_->record("interrupted", {{"step", step_}});
             summary.interrupted = true;
-            record.end(RunStatus::kInterrupted);
+            if (record) record->end(RunStatus::kInterrupted);
             stopped_early_ = true;
             return;
         }
@@ -419,29 +533,39 @@ TrainSummary Trainer::run() {
     TrainSummary summary;
     // The folder is this trainer's before anything in it is touched; it, loom.log and the
     // store's record are released on every exit path.
-    RunRecord record(
-        run_, {overrides_.wait_for_run_folder, true,
-               [this] { return overrides_.stop_requested && overrides_.stop_requested->load(); }});
-    if (overrides_.fresh) {  // the old checkpoints are moved aside so no rerun resumes them
+    std::optional<RunRecord> record;
+    if (leader()) {
+        record.emplace(run_, RunLockOptions{overrides_.wait_for_run_folder, true, [this] {
+                                                return overrides_.stop_requested &&
+                                                       overrides_.stop_requested->load();
+                                            }});
+    }
+    if (overrides_.fresh &&
+        leader()) {  // the old checkpoints are moved aside: no rerun resumes them
         if (const auto aside = run_.set_aside_checkpoints()) {
             log().info("--fresh: the previous checkpoints moved to {}", aside->string());
         }
     }
-    write_file_atomic(run_.config_yaml(), config::emit_job_yaml(job_));
+    if (leader()) write_file_atomic(run_.config_yaml(), config::emit_job_yaml(job_));
     log().info("loom {} — run folder {}", kVersion, run_.root().string());
-    events_ = std::make_unique<guard::EventLog>(run_.events_jsonl());
+    if (overrides_.group != nullptr) {
+        log().info("rank {} of {}: a global batch of {} x {} items, rank 0 writes the run folder",
+                   overrides_.group->rank(), ranks(), ranks(),
+                   process_.datasets.front().batch_size.value_or(process_.train.batch_size));
+    }
+    events_ = std::make_unique<guard::EventLog>(leader() ? run_.events_jsonl() : fs::path{});
     start_guard();
     events_->record("start", {{"device", device_->description()},
                               {"total", device_->stats().total},
                               {"plan", guard::describe(plan())},
                               {"fresh", overrides_.fresh}});
-    if (key_) {
-        record.record_in(*overrides_.plan_store,
-                         {*key_, *process_.name, fs::absolute(run_.root()).string(),
-                          config::emit_job_yaml(job_), index_, plan()},
-                         [this] {
-                             return guard::RunEnd{"", step_, guard_->oom_count(), plan()};
-                         });
+    if (key_ && record) {
+        record->record_in(*overrides_.plan_store,
+                          {*key_, *process_.name, fs::absolute(run_.root()).string(),
+                           config::emit_job_yaml(job_), index_, plan()},
+                          [this] {
+                              return guard::RunEnd{"", step_, guard_->oom_count(), plan()};
+                          });
     }
     guard_->check_device_clean();
     guard_->run(Phase::kLoad, std::nullopt, [&] { load(); });
@@ -464,7 +588,7 @@ TrainSummary Trainer::run() {
     if ((step_ == 0 && !tc.skip_first_sample) || tc.force_first_sample) {
         guard_->run(Phase::kFirstSample, std::nullopt, [&] { sample(step_); });
     }
-    train_steps(summary, record);
+    train_steps(summary, record ? &*record : nullptr);
     if (stopped_early_) {
         finish(summary);
         return summary;
@@ -482,7 +606,7 @@ TrainSummary Trainer::run() {
     }
     finish(summary);
     summary.final_lora = run_.final_lora();
-    record.end(RunStatus::kCompleted);
+    if (record) record->end(RunStatus::kCompleted);
     log().info("done: {} (LoRA {}, samples {}, events {}, plan {}{})", run_.root().string(),
                run_.final_lora().string(), run_.samples_dir().string(),
                run_.events_jsonl().string(), run_.plan_yaml().string(),

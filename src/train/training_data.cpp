@@ -19,7 +19,7 @@ const Logger& log() {
 
 TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts model,
                            const guard::Plan& plan, std::filesystem::path run_root,
-                           std::uint64_t seed)
+                           std::uint64_t seed, int ranks)
     : divisibility_(model.divisibility),
       cache_identity_(std::move(model.identity)),
       run_root_(std::move(run_root)) {
@@ -57,7 +57,7 @@ TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts mode
         }
     }
     order_ = std::make_unique<data::DataOrder>(bucket_items(plan.frames, plan.max_bucket_pixels),
-                                               batch, seed);
+                                               batch * ranks, seed);
     log_buckets();
     cache_text_ = process.train.cache_text_embeddings;
     for (const auto& dc : process.datasets) {
@@ -112,6 +112,11 @@ data::BucketPlan TrainingData::bucket_items(int max_frames,
         dataset_items_[i].frames = frames;
     }
     return data::assign_buckets(dataset_items_, image_sizes_, divisibility_, max_pixels);
+}
+
+void TrainingData::use_global_batch(int batch) {
+    if (batch == order_->batch_size()) return;
+    order_ = std::make_unique<data::DataOrder>(order_->plan(), batch, order_->seed());
 }
 
 void TrainingData::apply_plan(const guard::Plan& from, const guard::Plan& to) {

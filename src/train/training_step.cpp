@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "loom/device/device.h"
+#include "loom/dist/gradient_sync.h"
 #include "loom/guard/guard.h"
 #include "loom/model/family.h"
 #include "loom/train/graphed_forward_backward.h"
@@ -31,8 +32,11 @@ void TrainingStep::release_graphs() {
     if (graphed_) graphed_->clear();
 }
 
+// Several ranks stay eager: the gradients' all-reduce sits between the backward pass and the
+// update, which the captured update does not leave room for.
 bool TrainingStep::graphed(const guard::Plan& plan) const {
-    return graphed_ != nullptr && plan.low_vram < 3 && parts_.model.predict_is_capturable();
+    return graphed_ != nullptr && parts_.group == nullptr && plan.low_vram < 3 &&
+           parts_.model.predict_is_capturable();
 }
 
 StepWork TrainingStep::draw(std::int64_t index) {
@@ -48,10 +52,13 @@ StepWork TrainingStep::draw(std::int64_t index) {
 double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
     cpu.set_state(work.rng_state);
-    const std::vector<data::MicroBatch> micro =
-        data::split_micro_batches(work.batches, parts_.data.buckets(), plan.batch_size);
+    const std::vector<data::MicroBatch> micro = data::split_micro_batches(
+        work.batches, parts_.data.buckets(), plan.batch_size, parts_.shard);
+    // Each micro-batch's share is of the whole step's items, every rank's: summed over the
+    // ranks, the gradient is the step's mean.
     std::size_t total = 0;
-    for (const auto& m : micro) total += m.slots.size();
+    for (const data::Batch& b : work.batches) total += b.items.size();
+    before_update_.reset();
     times_ = {};
     buckets_trained_.clear();
     for (const data::MicroBatch& m : micro) {
@@ -70,6 +77,7 @@ double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
             forward_backward(m, work.batches, work.index, total, graphs ? &plan : nullptr);
         loss = loss.defined() ? loss + part : part;
     }
+    if (parts_.group != nullptr) return update_together(work, loss);
     PhaseTimer timer(times_.optimizer);
     if (graphs) {
         graphed_->finish_step();
@@ -79,6 +87,29 @@ double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
     }
     // The step's one read-back (a device sync), not one per micro-batch.
     return loss.item<double>();
+}
+
+// Every rank trained its shard: the group's gradients, then the one update. The update is all
+// or nothing on this rank (optimizer.h), but another rank's can fail after this one's
+// succeeded, so the state before it is kept on the host until the guard's outcome is known.
+double TrainingStep::update_together(const StepWork& work, const at::Tensor& loss) {
+    double sum = 0.0;
+    {
+        PhaseTimer timer(times_.sync);
+        parts_.guard.agree_so_far();
+        const double local = loss.defined() ? loss.item<double>() : 0.0;
+        sum = dist::all_reduce_gradients(*parts_.group, parts_.lora.parameters(), local);
+        before_update_ = parts_.lora.checkpoint(work.index);
+    }
+    PhaseTimer timer(times_.optimizer);
+    parts_.lora.step(work.index, max_grad_norm_);
+    return sum;
+}
+
+void TrainingStep::undo_update() {
+    if (!before_update_) return;
+    parts_.lora.restore(*before_update_, "the state before the step's update");
+    before_update_.reset();
 }
 
 std::string TrainingStep::probe(const guard::Plan& plan) {

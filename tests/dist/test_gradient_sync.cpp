@@ -22,7 +22,8 @@ TEST(GradientSync, EveryRankGetsTheSumOfEveryGradient) {
         b.mutable_grad() = at::arange(4, at::kDouble) * r;
         // Only rank 1 reached c (rank 0's items never touched its module).
         if (g.rank() == 1) c.mutable_grad() = at::ones({5}, at::kFloat);
-        all_reduce_gradients(g, {a, b, c});
+        const double loss = all_reduce_gradients(g, {a, b, c}, 0.25 * r);
+        EXPECT_DOUBLE_EQ(loss, 0.75);
         EXPECT_TRUE(at::equal(a.grad(), at::full({2, 3}, 3.0f)));
         EXPECT_EQ(b.grad().scalar_type(), at::kDouble);
         EXPECT_TRUE(at::allclose(b.grad(), at::arange(4, at::kDouble) * 3));

@@ -66,5 +66,25 @@ TEST(RankFacts, EachWrongVariableIsNamed) {
               std::string::npos);
 }
 
+TEST(RankFaults, ARuleWithARankAppliesInThatRankOnly) {
+    const std::string rules = "oom:phase=train_step:step=3:rank=1;kill:phase=save;dirty:rank=0";
+    EXPECT_EQ(faults_for_rank(rules, 0), "kill:phase=save;dirty");
+    EXPECT_EQ(faults_for_rank(rules, 1), "oom:phase=train_step:step=3;kill:phase=save");
+    EXPECT_EQ(faults_for_rank(rules, 2), "kill:phase=save");
+    EXPECT_EQ(faults_for_rank("", 1), "");
+    EXPECT_EQ(faults_for_rank("oom:alloc=4", 3), "oom:alloc=4");
+}
+
+TEST(RankFaults, ARankThatIsNotOneIsAUsageErrorNamingTheRule) {
+    for (const char* bad : {"oom:phase=load:rank=x", "oom:phase=load:rank=-1", "oom:rank="}) {
+        try {
+            faults_for_rank(bad, 0);
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const UsageError& e) {
+            EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+        }
+    }
+}
+
 }  // namespace
 }  // namespace loom::dist

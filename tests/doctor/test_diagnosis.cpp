@@ -261,6 +261,30 @@ TEST(DiagnosisLoom, ConsoleListsTheChangeLoomMade) {
     EXPECT_TRUE(d.loom_outcome.empty());
 }
 
+// `loom train --nproc 2` with an OOM on rank 1 only: both ranks log the agreed OOM and the plan
+// change ("[rank0]: " / "[rank1]: "); they are one OOM and one change, rank 1's lines first.
+TEST(DiagnosisLoom, TwoRanksLoggingTheSameAgreedOomAreOneOom) {
+    const Diagnosis d = fixture("loom_two_ranks_sometimes.log");
+    EXPECT_EQ(to_string(d.log_case), std::string("sometimes"));
+    EXPECT_EQ(d.oom_count, 1u);
+    ASSERT_EQ(d.loom_changes.size(), 1u);
+    EXPECT_EQ(d.loom_changes[0].knob, "datasets.max_bucket_pixels");
+    EXPECT_EQ(d.loom_changes[0].line, 27u);
+    EXPECT_TRUE(has_evidence(d, 24, "first OOM"));
+    const auto first = std::find_if(d.evidence.begin(), d.evidence.end(),
+                                    [](const EvidenceLine& e) { return e.line == 24; });
+    ASSERT_NE(first, d.evidence.end());
+    EXPECT_TRUE(contains(first->text, "[rank1] ")) << first->text;  // whose line it is
+    // A second OOM at the same step (a retry that failed again) is a second OOM on each rank.
+    std::string text = read_fixture("loom_two_ranks_sometimes.log");
+    const std::string oom =
+        "out of memory in train_step at step 3 (device): sim out of memory (injected: "
+        "oom:phase=train_step:step=3). Tried to allocate 18.00 KiB; 1018.71 MiB free of 1.00 GiB "
+        "budget\n";
+    text += "[rank0]: [warning] " + oom + "[rank1]: [warning] " + oom;
+    EXPECT_EQ(diagnose_log(text, "two ranks").oom_count, 2u);
+}
+
 TEST(DiagnosisLoom, LoomLogFirstSampleOomWithSeveralChangesInOneLine) {
     const Diagnosis d = fixture("loom.log");
     EXPECT_EQ(to_string(d.tool), std::string("loom"));

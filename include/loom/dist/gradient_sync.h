@@ -14,8 +14,11 @@ namespace loom::dist {
 
 class ProcessGroup;
 
-// Sums the gradients of `params` over `group`, in place. A parameter without a gradient on this
-// rank (no item of its reached it) counts as zeros and gets the sum; the buffer is float32.
-void all_reduce_gradients(ProcessGroup& group, const std::vector<at::Tensor>& params);
+// Sums the gradients of `params` over `group`, in place, and returns the sum of every rank's
+// `loss_here` (it travels in the same buffer: the step's loss costs no second collective). A
+// parameter without a gradient on this rank (no item of its reached it) counts as zeros and gets
+// the sum; the buffer is float32.
+double all_reduce_gradients(ProcessGroup& group, const std::vector<at::Tensor>& params,
+                            double loss_here = 0.0);
 
 }  // namespace loom::dist

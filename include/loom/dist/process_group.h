@@ -40,6 +40,7 @@ class ProcessGroup {
 
     int rank() const { return facts_.rank; }
     int size() const { return facts_.world_size; }
+    const RankFacts& facts() const { return facts_; }
 
     // Sums a host tensor over the ranks, in place (every rank gets the sum).
     void all_reduce_sum(at::Tensor& host);

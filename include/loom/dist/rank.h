@@ -32,4 +32,10 @@ Environment process_environment();
 // WORLD_SIZE > 1 without RANK, a MASTER_PORT outside 1..65535.
 RankFacts rank_from_environment(const Environment& env);
 
+// The fault-injection rules (LOOM_FAULTS / --faults, device/faults.h) that apply in `rank`: a
+// rule with a `rank=R` field (`oom:phase=train_step:step=3:rank=1`) is kept, without the field,
+// in rank R only; a rule without one applies in every rank. Throws UsageError naming a rule
+// whose rank is not a whole number from 0.
+std::string faults_for_rank(const std::string& rules, int rank);
+
 }  // namespace loom::dist

@@ -75,8 +75,10 @@ struct GuardOptions {
     PlanStore* store = nullptr;
     // The other ranks of a data-parallel run (nullptr: this process trains alone). Every
     // attempt then ends with the group's outcome and every OOM with rank 0's one decision
-    // (rank_agreement.h); the measured choice is not taken (its timings are one rank's).
+    // (rank_agreement.h); the measured choice and scale-up are not taken (their timings and
+    // headroom are one rank's).
     RankAgreement* agreement = nullptr;
+    int ranks = 1;  // how many (stable.yaml says so when more than one)
 };
 
 class Guard {
@@ -96,6 +98,12 @@ class Guard {
     // gives up, loom::Error for host-memory exhaustion, and rethrows anything that is not OOM.
     void run(Phase phase, std::optional<std::int64_t> step, const std::function<void()>& attempt,
              std::optional<Work> work = std::nullopt);
+
+    // Several ranks, inside an attempt: asks the group whether every rank got this far (their
+    // forward and backward passes) before this rank does what the others must do too (the
+    // gradients' all-reduce, the optimizer update). Throws PeersFailed when another rank failed;
+    // the guard then retries with the others. One process: nothing to ask.
+    void agree_so_far();
 
     // The micro-batch about to run (the "sometimes" rule needs the failing batch's bucket; the
     // events name its frames too).

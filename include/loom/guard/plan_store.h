@@ -27,7 +27,7 @@ namespace loom::guard {
 struct PlanKey {
     std::string arch;                // "sd1", "sdxl"
     std::string model_fingerprint;   // sha256 of the model's configs and weight headers
-    std::string device_name;         // "NVIDIA H200", "sim", "cpu"
+    std::string device_name;         // "NVIDIA H200", "sim", "cpu"; "2 x NVIDIA H200": 2 ranks
     std::uint64_t total_memory = 0;  // bytes the device offers (the sim budget, a CUDA cap)
     std::string dtype;               // train.dtype
     int rank = 0;                    // network.linear

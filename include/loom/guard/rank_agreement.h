@@ -10,6 +10,7 @@
 // The texts exchanged are JSON made and read here, between ranks of one loom build.
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,14 @@ class RankAgreement {
     virtual std::vector<std::string> gather(const std::string& mine) = 0;
     // Rank 0's text on every rank (the others' is ignored).
     virtual std::string from_leader(const std::string& text) = 0;
+};
+
+// Thrown inside an attempt by Guard::agree_so_far when the group said another rank failed: the
+// outcome is known to every rank already, so the guard does not ask for it again (the ranks'
+// collectives stay in step), and this rank drops its attempt as the failing ones do.
+class PeersFailed : public std::runtime_error {
+  public:
+    PeersFailed() : std::runtime_error("another rank's attempt failed") {}
 };
 
 // An OOM event as a rank sends it to rank 0, and back (FormatError on a text that is not one).

@@ -25,9 +25,15 @@ struct CheckpointState {
     std::vector<at::Tensor> lora;  // network parameters, in LoRANetwork::parameters() order
     OptimizerState optimizer;      // its lists hold one tensor per LoRA tensor
     std::vector<at::Tensor> ema;   // empty without EMA
-    at::Tensor rng_cpu;            // torch's default CPU generator state
-    std::string data_cursor;       // data::cursor_to_json
-    std::string plan_yaml;         // the guard's plan when saved (plan.yaml); may be empty
+    at::Tensor rng_cpu;            // torch's default CPU generator state (rank 0's)
+    // A data-parallel run: how many ranks saved it, ranks 1.. own generator states, and the
+    // global batch its data cursor counts in (the job's batch times the ranks). Older and
+    // single-process checkpoints: 1 rank, no other states, global_batch 0 (the job's batch).
+    int world_size = 1;
+    std::vector<at::Tensor> rng_ranks;
+    int global_batch = 0;
+    std::string data_cursor;  // data::cursor_to_json
+    std::string plan_yaml;    // the guard's plan when saved (plan.yaml); may be empty
 };
 
 void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& state);

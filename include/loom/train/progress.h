@@ -28,7 +28,8 @@ struct StepReport {
 
 class Progress {
   public:
-    // The rate and ETA count from construction. `tty`: draw one updating line on stderr.
+    // The rate and ETA count from construction. `tty`: draw one updating line on stderr. An
+    // empty `metrics_file` writes no metrics.jsonl (the ranks other than 0 of a data-parallel run).
     Progress(std::filesystem::path metrics_file, std::int64_t total_steps, bool tty, int log_every);
 
     void step_done(const StepReport& report);

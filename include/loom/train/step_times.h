@@ -16,6 +16,10 @@ struct StepTimes {
     double forward = 0.0;    // noise, timesteps and the UNet forward with the loss
     double backward = 0.0;   // autograd
     double optimizer = 0.0;  // clipping, the AdamW update, EMA, the loss read-back
+    // Several ranks: asking the group whether every rank got through its backward pass, the
+    // gradients' and loss's all-reduce, and the host copy that can undo the update (waiting
+    // for a slower rank counts here). 0 for one process.
+    double sync = 0.0;
 };
 
 // Adds the scope's duration to one StepTimes field.

@@ -20,6 +20,9 @@
 
 namespace loom {
 
+namespace dist {
+class ProcessGroup;
+}
 namespace guard {
 class PlanStore;
 }
@@ -44,6 +47,12 @@ struct TrainOverrides {
     // Called with the run folder after every checkpoint is saved (the CLI refreshes report.html
     // there). What it throws is logged as a warning; it never stops the run.
     std::function<void(const std::filesystem::path& run_folder)> after_checkpoint;
+    // A data-parallel run (several processes, DESIGN.md "several GPUs"): the group of ranks this
+    // process is one of. Every rank trains its share of each global batch (the job's batch
+    // times the ranks) and the same update; every attempt ends with the group's outcome and an
+    // OOM anywhere with one decision for all; rank 0 alone writes the run folder and the store.
+    // nullptr: this process trains alone.
+    dist::ProcessGroup* group = nullptr;
 };
 
 struct TrainSummary {

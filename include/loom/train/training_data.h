@@ -49,11 +49,16 @@ class TrainingData {
     };
     // Scans `process`'s datasets (throws like data::scan_dataset), gives each clip its frames
     // and buckets the items under `plan`, and sets up the caches the job asks for. `run_root`
-    // holds the text cache once caches leave RAM.
+    // holds the text cache once caches leave RAM. With `ranks` > 1 (a data-parallel run) the
+    // data order hands out global batches of the job's batch size times `ranks`, which every
+    // rank draws alike and shares (data::Shard).
     TrainingData(const config::ProcessConfig& process, ModelFacts model, const guard::Plan& plan,
-                 std::filesystem::path run_root, std::uint64_t seed);
+                 std::filesystem::path run_root, std::uint64_t seed, int ranks = 1);
 
     data::DataOrder& order() { return *order_; }
+    // The data order again at another global batch (a resume with a different number of ranks
+    // keeps the checkpoint's global batch), from the start of the current epoch.
+    void use_global_batch(int batch);
     const data::BucketPlan& buckets() const { return order_->plan(); }
     const TrainingItem& item(std::size_t index) const { return items_.at(index); }
     bool caches_latents() const { return cache_latents_; }

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "loom/data/micro_batch.h"
 #include "loom/data/tensor_cache.h"
 #include "loom/guard/plan.h"
+#include "loom/train/checkpoint_state.h"
 #include "loom/train/step_times.h"
 #include "loom/train/training_data.h"
 
@@ -29,6 +31,9 @@ class GraphedForwardBackward;
 class LoRATraining;
 class StepGraphs;
 class ModelFamily;
+namespace dist {
+class ProcessGroup;
+}
 namespace guard {
 class Guard;
 }
@@ -57,6 +62,10 @@ class TrainingStep {
         // perf.cuda_graphs: micro-batches run on static buffers through these (captured per
         // shape on CUDA, eagerly elsewhere); null: the plain path.
         StepGraphs* graphs = nullptr;
+        // A data-parallel run: this rank's part of every batch, and the group its gradients
+        // are summed over (null: one process trains every item).
+        data::Shard shard{};
+        dist::ProcessGroup* group = nullptr;
     };
     TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumulation, double max_grad_norm);
     ~TrainingStep();
@@ -64,7 +73,15 @@ class TrainingStep {
     // The next step's batches (train.gradient_accumulation of them) and the RNG state.
     StepWork draw(std::int64_t index);
     // Trains `work` under `plan`; returns the step's mean loss (the step's one device sync).
+    // Several ranks: this rank's shard, then (once every rank got that far) the gradients and
+    // the loss summed over the group and the same update on every rank, which keeps what it
+    // needs to undo the update until forget_update (another rank can fail after it).
     double run(const StepWork& work, const guard::Plan& plan);
+    // Several ranks: after an attempt that another rank failed, puts the LoRA, the optimizer and
+    // the EMA back as they were before this rank's update (a no-op when it did not update).
+    void undo_update();
+    // The step is agreed: the state undo_update would restore is let go.
+    void forget_update() { before_update_.reset(); }
     // One forward+backward at the worst case under `plan` (the largest active bucket, a full
     // micro-batch), no optimizer update, gradients back to undefined. Returns the bucket.
     std::string probe(const guard::Plan& plan);
@@ -84,6 +101,7 @@ class TrainingStep {
     // fetches weights from the host inside the computation, which stays eager, and so does a
     // family whose prediction is not capturable (ModelFamily::predict_is_capturable).
     bool graphed(const guard::Plan& plan) const;
+    double update_together(const StepWork& work, const at::Tensor& loss);
     at::Tensor forward_backward(const data::MicroBatch& micro,
                                 const std::vector<data::Batch>& batches, std::int64_t step_index,
                                 std::size_t step_items, const guard::Plan* graphed_plan);
@@ -94,6 +112,7 @@ class TrainingStep {
     double max_grad_norm_;
     StepTimes times_;
     std::vector<std::string> buckets_trained_;
+    std::optional<CheckpointState> before_update_;  // several ranks: the undo of this update
     std::unique_ptr<GraphedForwardBackward> graphed_;
 };
 
