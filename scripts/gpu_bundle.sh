@@ -32,15 +32,18 @@ PLATFORM="manylinux_2_28_x86_64"        # for the binary wheel (Pillow)
 # The -dev packages scripts/setup.sh installs (minus the tools), and the runtime packages their
 # libraries come from (apt-cache depends). Left out on purpose: catch2 (a packaging dependency
 # of libspdlog-dev, unused), googletest (GoogleTest's sources; libgtest-dev ships the built
-# libraries), libstb0 (loom compiles stb's decoders in from the headers and links no libstb).
+# libraries), libstb0 (loom compiles stb's decoders in from the headers and links no libstb),
+# libgloo0 and what libgloo-dev pulls in for it (hiredis, ibverbs): loom takes Gloo's headers
+# only, for c10d's ProcessGroupGloo.hpp, and must never link Debian's libgloo over the Gloo
+# inside libtorch_cpu (docs/MULTI_GPU.md; the dist.gloo_headers_only test).
 DEV_PACKAGES=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcxxopts-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libstb-dev libwebp-dev libsqlitecpp-dev libsqlite3-dev
+  libgtest-dev libgmock-dev libstb-dev libwebp-dev libsqlitecpp-dev libsqlite3-dev libgloo-dev
 )
 RUNTIME_PACKAGES=(
   libyaml-cpp0.7 libspdlog1.10 libfmt9 libwebp7 libwebpmux3 libwebpdemux2 libsqlite3-0
 )
-NOT_BUNDLED='^(catch2|googletest|libstb0|libc6|libgcc-s1|libstdc\+\+6|libc-dev|<libc-dev>)$'
+NOT_BUNDLED='^(catch2|googletest|libstb0|libgloo0|libhiredis-dev|libibverbs-dev|libc6|libgcc-s1|libstdc\+\+6|libc-dev|<libc-dev>)$'
 
 # One source of truth for the diffusers version: the pin in setup.sh's PY_PACKAGES.
 DIFFUSERS="$(grep -m1 -oE 'diffusers==[0-9][0-9A-Za-z.]*' scripts/setup.sh || true)"
@@ -148,6 +151,8 @@ strip_prefix() {
   rm -f "$lib"/libyaml-cpp.a "$lib"/libwebp*.a "$lib"/libsqlite3.a "$lib"/libfmt.a "$lib"/libspdlog.a
   # stb is header-only as loom uses it; libstb (libstb0) is not bundled.
   rm -f "$lib"/libstb.a "$lib"/libstb.so "$lib"/pkgconfig/stb.pc
+  # Gloo: the headers only (its code is libtorch_cpu's).
+  rm -rf "$lib"/libgloo* "$p"/lib/libgloo* "$p"/share/cmake/Gloo
   find "$1" -xtype l -delete            # links into what was removed
   find "$1" -depth -type d -empty -delete
 }

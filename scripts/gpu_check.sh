@@ -57,6 +57,7 @@ PARTS=(
   "low_vram      40   300"
   "throughput   110   600"
   "dirty         15   120"
+  "dist_one_rank 25   180"
 )
 
 # Runs one part under its limit (and what is left of the whole check's), records

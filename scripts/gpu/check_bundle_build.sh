@@ -28,7 +28,7 @@ leak() { leaks+=("$*"); }
 inside() { case "$1" in "$PREFIX"/*) return 0 ;; *) return 1 ;; esac; }
 
 # (a) Headers. `ninja -t deps` prints each object's recorded inputs, one path a line.
-SYSTEM_HEADERS='^/usr/include/(yaml-cpp/|spdlog/|fmt/|nlohmann/|cxxopts\.hpp|stb/|gtest/|gmock/|SQLiteCpp/|webp/|sqlite3(ext)?\.h)'
+SYSTEM_HEADERS='^/usr/include/(yaml-cpp/|spdlog/|fmt/|nlohmann/|cxxopts\.hpp|stb/|gtest/|gmock/|SQLiteCpp/|webp/|gloo/|sqlite3(ext)?\.h)'
 # gcc may write a header as /usr/lib/gcc/.../../../../include/x.h: compare normalized paths.
 deps="$(ninja -C "$BUILD" -t deps 2>/dev/null | sed -n 's/^ *\(\/.*\)$/\1/p' | sort -u |
         xargs -r -d '\n' realpath -m -- | sort -u)"
@@ -48,7 +48,8 @@ if [ -z "$cache_prefix" ] || [ "$(cd "$cache_prefix" 2>/dev/null && pwd -P)" != 
 fi
 entries=0
 for var in yaml-cpp_DIR spdlog_DIR fmt_DIR cxxopts_DIR nlohmann_json_DIR SQLiteCpp_DIR GTest_DIR \
-           SQLite3_INCLUDE_DIR SQLite3_LIBRARY LOOM_WEBP_INCLUDE_DIR LOOM_WEBP_LIBRARY; do
+           SQLite3_INCLUDE_DIR SQLite3_LIBRARY LOOM_WEBP_INCLUDE_DIR LOOM_WEBP_LIBRARY \
+           LOOM_GLOO_INCLUDE_DIR; do
   value="$(cache "$var")"
   if [ -z "$value" ]; then
     leak "(b) $var is not in CMakeCache.txt"

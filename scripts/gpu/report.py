@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 ORDER = ["build", "gpu_tests", "models", "step_oom", "sample_oom", "low_vram", "throughput",
-         "dirty"]
+         "dirty", "dist_one_rank"]
 
 
 def run(cmd):
@@ -108,6 +108,11 @@ def figures(name, r):
         return "; ".join(cells)
     if name == "dirty":
         return f"exit code {r['exit_code']} after {r['seconds']} s"
+    if name == "dist_one_rank":
+        sync = r.get("sync_seconds")
+        return (f"1 rank via torchrun, gradients by {r['backend']}; sync "
+                f"{sync * 1000:.1f} ms/step; LoRA max diff from a plain run "
+                f"{r['lora_max_abs_diff']}" if sync is not None else f"exit {r['exit_code']}")
     return ""
 
 

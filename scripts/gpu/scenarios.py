@@ -12,6 +12,8 @@ so a hang costs one scenario, not the machine's budget.
                settings, interleaved rounds, batch 1 and 4, with and without gradient
                checkpointing; then loom's perf switches each on against off
   dirty        another process holds most of the card: loom stops with exit code 5 in seconds
+  dist_one_rank  torchrun --no-python starts loom as the one rank of a process group: the
+               data-parallel path (NCCL on CUDA) trains the LoRA a plain run trains
 
 Every figure is read from the run folders loom writes (events.jsonl, metrics.jsonl), never
 assumed. `--dry` runs the same logic at toy sizes on the simulated device (and the CPU for the
@@ -333,6 +335,46 @@ def scenario_dirty(loom, work, s):
     return result, checks
 
 
+def scenario_dist_one_rank(loom, work, s):
+    """The data-parallel path with one rank (issue 23): torchrun --no-python starts `loom train`
+    as rank 0 of 1, which joins its process group and trains through it — the agreement after
+    every attempt, the gradients summed by the group (NCCL on CUDA, Gloo on sim), the update's
+    undo copy. Its LoRA must be the one a plain run trains."""
+    data = os.path.join(work, "data")
+    job = dict(data=data, steps=s.steps, batch=2, checkpointing=True)
+    train_ok(loom, work, "plain", s, **job)
+    path = os.path.join(work, "one_rank.yaml")
+    write_job(path, "one_rank", work, s, **job)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--no-python", "--nproc-per-node", "1",
+           "--master-port", str(29000 + os.getpid() % 1000), loom, "train", path, "--fresh"]
+    start = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.time() - start
+    log = out.stdout + out.stderr
+    metrics = read_jsonl(os.path.join(work, "runs", "one_rank", "metrics.jsonl"))
+    result = {"exit_code": out.returncode, "seconds": round(seconds, 2),
+              "backend": ("nccl" if "on the device (NCCL)" in log else
+                          "gloo" if "through host memory (Gloo)" in log else "none"),
+              "sync_seconds": statistics.median(m["phases"].get("sync", 0.0) for m in metrics)
+              if metrics else None, "log_tail": log[-800:]}
+    diff = None
+    if out.returncode == 0:
+        import torch  # noqa: F401  (safetensors.torch needs it)
+        from safetensors.torch import load_file
+        a = load_file(os.path.join(work, "runs", "plain", "plain.safetensors"))
+        b = load_file(os.path.join(work, "runs", "one_rank", "one_rank.safetensors"))
+        diff = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+    result["lora_max_abs_diff"] = diff
+    checks = {"exit code 0": out.returncode == 0,
+              "rank 0 of 1 joined its group": "rank 0 of 1" in log,
+              "gradients summed by NCCL" if not s.dry else "gradients summed by Gloo":
+                  result["backend"] == ("gloo" if s.dry else "nccl"),
+              "every step trained once": [m["step"] for m in metrics] ==
+                  list(range(1, s.steps + 1)),
+              "the LoRA of a plain run": diff is not None and diff <= (1e-5 if s.dry else 2e-2)}
+    return result, checks
+
+
 # Takes all but 1 GiB of the card's free memory and holds it until killed.
 HOLDER = """
 import sys, time, torch
@@ -351,7 +393,7 @@ def iso_seconds(text):
 
 SCENARIOS = {"step_oom": scenario_step_oom, "sample_oom": scenario_sample_oom,
              "low_vram": scenario_low_vram, "throughput": scenario_throughput,
-             "dirty": scenario_dirty}
+             "dirty": scenario_dirty, "dist_one_rank": scenario_dist_one_rank}
 
 
 def main():

@@ -113,7 +113,7 @@ int train_in_process(const config::Job& job, TrainOverrides o,
     // other than 0 keep no store and print nothing of the run's files.
     const dist::RankFacts facts = dist::rank_from_environment(dist::process_environment());
     std::unique_ptr<dist::ProcessGroup> group;
-    if (facts.distributed()) {
+    if (facts.launched) {
         group = dist::ProcessGroup::open(facts, dist_timeout());
         o.group = group.get();
         if (!facts.leader()) store_file.reset();
@@ -194,14 +194,14 @@ int run_train(const std::vector<std::string>& args) {
     const cxxopts::ParseResult parsed = parse_options(options, "train", args);
     if (!parsed.count("job"))
         throw UsageError("loom train: give a job file (see `loom help train`)");
-    // Under torchrun (WORLD_SIZE > 1) torchrun supervises: each rank trains in process.
+    // Under torchrun (RANK and WORLD_SIZE set) torchrun supervises: each rank trains in process.
     const dist::RankFacts facts = dist::rank_from_environment(dist::process_environment());
     const int nproc = parsed.count("nproc") ? parsed["nproc"].as<int>() : 1;
     if (nproc < 1 || nproc > kMaxRanks) {
         throw UsageError("loom train: --nproc " + std::to_string(nproc) + ": give 1 to " +
                          std::to_string(kMaxRanks) + " processes");
     }
-    if (nproc > 1 && facts.distributed()) {
+    if (nproc > 1 && facts.launched) {
         throw UsageError("loom train: --nproc starts the ranks itself, but this process is rank " +
                          std::to_string(facts.rank) + " of " + std::to_string(facts.world_size) +
                          " already (WORLD_SIZE is set, as torchrun sets it); drop --nproc");
@@ -212,7 +212,7 @@ int run_train(const std::vector<std::string>& args) {
             "--no-supervise (to start the ranks yourself, set RANK, WORLD_SIZE, MASTER_ADDR and "
             "MASTER_PORT as torchrun does)");
     }
-    const bool supervise = parsed.count("no-supervise") == 0 && !facts.distributed();
+    const bool supervise = parsed.count("no-supervise") == 0 && !facts.launched;
     config::LoadOptions load;
     if (parsed.count("set")) load.overrides = parsed["set"].as<std::vector<std::string>>();
     load.strict = parsed.count("strict") > 0;

@@ -34,7 +34,7 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
 std::string rank_prefix() {
     const char* world = std::getenv("WORLD_SIZE");
     const char* rank = std::getenv("RANK");
-    if (world == nullptr || rank == nullptr || std::atoi(world) <= 1) return {};
+    if (world == nullptr || rank == nullptr) return {};
     return std::string("[rank") + rank + "]: ";
 }
 

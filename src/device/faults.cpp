@@ -11,7 +11,8 @@ namespace loom {
 namespace {
 
 const char* const kGrammar =
-    "rules are separated by ';': oom:phase=P[:step=N][:times=K], oom:alloc=N, dirty, "
+    "rules are separated by ';': oom:phase=P[:step=N][:times=K][:during=update], oom:alloc=N, "
+    "dirty, "
     "flaky:p=X:seed=S, host_oom:phase=P[:step=N][:times=K], kill:phase=P[:step=N]";
 
 [[noreturn]] void bad_rule(const std::string& rule, const std::string& why) {
@@ -106,6 +107,9 @@ FaultRule parse_rule(const std::string& rule) {
             r.step = parse_int(rule, "step", v, 0);
         } else if (k == "times") {
             r.times = static_cast<int>(parse_int(rule, "times", v, 1));
+        } else if (k == "during" && head == "oom") {
+            if (v != "update") bad_rule(rule, "during= takes 'update', got '" + v + "'");
+            r.during_update = true;
         } else if (k == "alloc" && head == "oom") {
             r.allocation = static_cast<std::uint64_t>(parse_int(rule, "alloc", v, 1));
             has_alloc = true;
@@ -121,6 +125,7 @@ FaultRule parse_rule(const std::string& rule) {
     }
     if (has_phase == has_alloc) bad_rule(rule, "oom needs exactly one of phase=P or alloc=N");
     if (has_alloc && (r.step || r.times != 1)) bad_rule(rule, "step and times go with phase=P");
+    if (has_alloc && r.during_update) bad_rule(rule, "during=update goes with phase=train_step");
     r.kind = has_phase ? FaultRule::Kind::kOomInPhase : FaultRule::Kind::kOomAtAllocation;
     return r;
 }
@@ -158,6 +163,11 @@ void FaultInjector::set_phase(Phase phase, std::optional<std::int64_t> step) {
     step_ = step;
 }
 
+void FaultInjector::set_in_update(bool in_update) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_update_ = in_update;
+}
+
 Phase FaultInjector::phase() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return phase_;
@@ -186,7 +196,7 @@ std::optional<std::string> FaultInjector::on_device_allocation(std::uint64_t /*b
                 break;
             case FaultRule::Kind::kOomInPhase:
                 if (phase_ == r.phase && (!r.step || step_ == r.step) && fired_[i] < r.times &&
-                    !fire) {
+                    (!r.during_update || in_update_) && !fire) {
                     ++fired_[i];
                     fire = r.text;
                 }
@@ -273,6 +283,14 @@ PhaseScope::PhaseScope(Phase phase, std::optional<std::int64_t> step)
 
 PhaseScope::~PhaseScope() {
     fault_injector().set_phase(previous_, previous_step_);
+}
+
+UpdateScope::UpdateScope() {
+    fault_injector().set_in_update(true);
+}
+
+UpdateScope::~UpdateScope() {
+    fault_injector().set_in_update(false);
 }
 
 }  // namespace loom

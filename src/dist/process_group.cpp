@@ -7,9 +7,16 @@
 #ifndef LOOM_HAVE_GLOO
 #define LOOM_HAVE_GLOO 0
 #endif
+#ifndef LOOM_HAVE_NCCL
+#define LOOM_HAVE_NCCL 0
+#endif
 #if LOOM_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+#if LOOM_HAVE_GLOO && LOOM_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 namespace loom::dist {
@@ -24,6 +31,9 @@ struct ProcessGroup::Impl {
     c10::intrusive_ptr<c10d::Store> store;
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
     std::chrono::milliseconds timeout;
+#if LOOM_HAVE_NCCL
+    c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // made on the first device all-reduce
+#endif
 };
 
 namespace {
@@ -92,6 +102,32 @@ void ProcessGroup::all_reduce_sum(at::Tensor& host) {
     });
 }
 
+bool ProcessGroup::device_collectives(const c10::Device& device) const {
+    return LOOM_HAVE_NCCL != 0 && device.is_cuda();
+}
+
+void ProcessGroup::all_reduce_sum_on_device(at::Tensor& device_tensor) {
+#if LOOM_HAVE_NCCL
+    guarded(rank(), "all-reduce on the device (NCCL)", impl_->timeout, [&] {
+        if (!impl_->nccl) {
+            auto options = c10d::ProcessGroupNCCL::Options::create();
+            options->timeout = impl_->timeout;
+            // Its own keys in the shared store: Gloo's and NCCL's rendezvous never collide.
+            impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+                c10::make_intrusive<c10d::PrefixStore>("nccl", impl_->store), rank(), size(),
+                options);
+        }
+        std::vector<at::Tensor> t = {device_tensor};
+        impl_->nccl->allreduce(t)->wait(impl_->timeout);
+    });
+#else
+    (void)device_tensor;
+    throw DistError(
+        "this loom was built without NCCL's header; device tensors are summed "
+        "through the host");
+#endif
+}
+
 bool ProcessGroup::any(bool here) {
     return guarded(rank(), "agreeing on the attempt's outcome", impl_->timeout, [&] {
         std::vector<at::Tensor> t = {at::full({1}, here ? 1 : 0, at::kInt)};
@@ -156,6 +192,10 @@ std::unique_ptr<ProcessGroup> ProcessGroup::open(const RankFacts&, std::chrono::
 }
 
 void ProcessGroup::all_reduce_sum(at::Tensor&) {}
+bool ProcessGroup::device_collectives(const c10::Device&) const {
+    return false;
+}
+void ProcessGroup::all_reduce_sum_on_device(at::Tensor&) {}
 bool ProcessGroup::any(bool here) {
     return here;
 }

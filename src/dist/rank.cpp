@@ -56,6 +56,7 @@ RankFacts rank_from_environment(const Environment& env) {
         read_int(env, "RANK", 0, f.world_size - 1, 0,
                  "this process's rank, 0 to WORLD_SIZE - 1 = " + std::to_string(f.world_size - 1));
     f.local_rank = read_int(env, "LOCAL_RANK", 0, 1 << 20, f.rank, "0 or more");
+    f.launched = env("RANK").has_value() && env("WORLD_SIZE").has_value();
     if (const std::optional<std::string> addr = env("MASTER_ADDR"); addr && !addr->empty())
         f.master_addr = *addr;
     f.master_port = read_int(env, "MASTER_PORT", 1, 65535, f.master_port, "a port, 1 to 65535");

@@ -166,6 +166,12 @@ void Trainer::start_guard() {
     if (!vram && process_.oom.vram_limit) vram = process_.oom.vram_limit->bytes;
     device_ = open_device(spec, vram);
     log().info("device: {}", device_->description());
+    if (overrides_.group != nullptr) {
+        log().info("the ranks sum their gradients {}",
+                   overrides_.group->device_collectives(device_->torch_device())
+                       ? "on the device (NCCL)"
+                       : "through host memory (Gloo)");
+    }
     if (overrides_.plan_store != nullptr) key_ = plan_key(process_, *device_);
     // A data-parallel run's plans are its ranks' together: kept apart from one GPU's.
     if (key_ && ranks() > 1) key_->device_name = format("{} x {}", ranks(), key_->device_name);

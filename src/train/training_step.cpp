@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "loom/device/device.h"
+#include "loom/device/faults.h"
 #include "loom/dist/gradient_sync.h"
 #include "loom/guard/guard.h"
 #include "loom/model/family.h"
@@ -13,6 +14,20 @@
 #include "loom/train/objective.h"
 
 namespace loom {
+
+namespace {
+
+// Every tensor of `s` replaced by a copy of its own.
+void own_copies(CheckpointState& s) {
+    const auto copy = [](std::vector<at::Tensor>& list) {
+        for (at::Tensor& t : list) t = t.clone();
+    };
+    copy(s.lora);
+    copy(s.ema);
+    for (auto& [name, list] : s.optimizer.lists) copy(list);
+}
+
+}  // namespace
 
 TrainingStep::TrainingStep(Parts parts, std::uint64_t seed, int gradient_accumulation,
                            double max_grad_norm)
@@ -79,6 +94,7 @@ double TrainingStep::run(const StepWork& work, const guard::Plan& plan) {
     }
     if (parts_.group != nullptr) return update_together(work, loss);
     PhaseTimer timer(times_.optimizer);
+    UpdateScope update;
     if (graphs) {
         graphed_->finish_step();
         parts_.lora.step(work.index, max_grad_norm_, *parts_.graphs);
@@ -96,12 +112,17 @@ double TrainingStep::update_together(const StepWork& work, const at::Tensor& los
     double sum = 0.0;
     {
         PhaseTimer timer(times_.sync);
+        // The buffer first: an OOM making it is this rank's alone, before any collective.
+        dist::GradientExchange exchange(*parts_.group, parts_.lora.parameters(),
+                                        loss.defined() ? loss.item<double>() : 0.0);
         parts_.guard.agree_so_far();
-        const double local = loss.defined() ? loss.item<double>() : 0.0;
-        sum = dist::all_reduce_gradients(*parts_.group, parts_.lora.parameters(), local);
+        sum = exchange.all_reduce();
         before_update_ = parts_.lora.checkpoint(work.index);
+        // On cpu and sim the "host copies" are the live tensors themselves: copy them.
+        if (parts_.device.spec().kind != DeviceKind::kCuda) own_copies(*before_update_);
     }
     PhaseTimer timer(times_.optimizer);
+    UpdateScope update;
     parts_.lora.step(work.index, max_grad_norm_);
     return sum;
 }

@@ -97,6 +97,18 @@ grep -q "^\[rank0\]: .*another rank ran out of memory" "$TMP/two2f.log" &&
   ok "zero steps lost: steps 1..8 each once" || bad "steps: $(cat "$TMP/runs/two2f/metrics.jsonl" | wc -l)"
 same_lora one4f two2f "with the OOM on rank 1, the LoRA of one process given the same OOM"
 
+# ---- an OOM in rank 1's optimizer update, after rank 0's update went through ------------------
+# Rank 0 must put its update back (from its host copy) before the ranks retry the step.
+job one4u 4 >"$TMP/one4u.yaml"
+job two2u 2 >"$TMP/two2u.yaml"
+train one4u one4u --faults "oom:phase=train_step:step=4:during=update" || bad "one process, update OOM"
+if train two2u two2u --nproc 2 --faults "oom:phase=train_step:step=4:during=update:rank=1"; then
+  ok "2 ranks recover from an OOM in rank 1's update"
+else
+  bad "2 ranks with an OOM in rank 1's update exit $?"; tail -20 "$TMP/two2u.log"
+fi
+same_lora one4u two2u "rank 0 undid its update: the LoRA of one process given the same OOM"
+
 # ---- 3 ranks, the OOM on rank 2 ----------------------------------------------------------------
 job one3f 3 6 >"$TMP/one3f.yaml"
 job three1f 1 6 >"$TMP/three1f.yaml"

@@ -49,7 +49,8 @@ TEST(FaultGrammar, ParsesEveryRule) {
 
 TEST(FaultGrammar, MalformedRulesAreClearErrors) {
     const std::string grammar =
-        " (rules are separated by ';': oom:phase=P[:step=N][:times=K], oom:alloc=N, dirty, "
+        " (rules are separated by ';': oom:phase=P[:step=N][:times=K][:during=update], "
+        "oom:alloc=N, dirty, "
         "flaky:p=X:seed=S, host_oom:phase=P[:step=N][:times=K], kill:phase=P[:step=N])";
     EXPECT_EQ(parse_error("oom:phase=training"),
               "invalid fault rule 'oom:phase=training': unknown phase 'training' (phases: load, "
@@ -133,6 +134,18 @@ TEST(FaultFiring, PhaseRuleWithStepWaitsForThatStep) {
         EXPECT_EQ(failing(injector, 4), step == 3 ? std::vector<int>{1} : std::vector<int>{})
             << "step " << step;
     }
+}
+
+TEST(FaultFiring, DuringUpdateWaitsForTheOptimizerUpdate) {
+    FaultInjector injector;
+    injector.configure(parse_faults("oom:phase=train_step:step=2:during=update"));
+    injector.set_phase(Phase::kTrainStep, 2);
+    EXPECT_TRUE(failing(injector, 5).empty());  // the forward and backward passes
+    injector.set_in_update(true);
+    EXPECT_EQ(failing(injector, 3), std::vector<int>{1});
+    injector.set_in_update(false);
+    EXPECT_NE(parse_error("oom:phase=train_step:during=forward"), "");
+    EXPECT_NE(parse_error("oom:alloc=3:during=update"), "");
 }
 
 TEST(FaultFiring, DirtyFailsEverythingAndReportsIt) {

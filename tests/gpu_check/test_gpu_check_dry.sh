@@ -30,7 +30,8 @@ fi
 import json, os, sys
 out = sys.argv[1]
 r = json.load(open(os.path.join(out, "results.json")))
-parts = ["build", "gpu_tests", "models", "step_oom", "sample_oom", "low_vram", "throughput", "dirty"]
+parts = ["build", "gpu_tests", "models", "step_oom", "sample_oom", "low_vram", "throughput", "dirty",
+         "dist_one_rank"]
 assert r["dry_run"] is True, r["dry_run"]
 for key in ("date", "machine", "loom", "parts", "verdict"):
     assert key in r, key
@@ -43,6 +44,7 @@ assert step["steps_lost"] == 0 and step["ooms"] >= 1, step
 sample = r["parts"]["sample_oom"]["scenario"]["result"]
 assert all(k.startswith("sample.") for k in sample["knobs_changed"]), sample
 assert r["parts"]["dirty"]["scenario"]["result"]["exit_code"] == 5
+assert r["parts"]["dist_one_rank"]["scenario"]["result"]["backend"] == "gloo"
 # metrics.jsonl carries the allocator's reserved peak (on sim: the allocated peak).
 for level in r["parts"]["low_vram"]["scenario"]["result"]["levels"]:
     assert level["peak_reserved"] > 0 and level["peak_reserved"] >= level["peak_allocated"], level

@@ -4,6 +4,10 @@
 //
 //   oom:phase=P[:step=N][:times=K]  OOM at the next device allocation inside phase P (at
 //                                    training step N when given), K times (default 1)
+//   oom:phase=train_step[:step=N][:times=K]:during=update
+//                                    the same, only among the allocations of the optimizer
+//                                    update (UpdateScope): after the step's backward passes
+//                                    and, with several ranks, after they agreed
 //   oom:alloc=N                      the N-th device allocation fails (1-based, non-empty ones)
 //   dirty                            the device reports almost nothing free before anything is
 //                                    allocated, and every allocation fails
@@ -42,6 +46,7 @@ struct FaultRule {
     Phase phase = Phase::kNone;        // kOomInPhase, kHostOomInPhase, kKillInPhase
     std::optional<std::int64_t> step;  // kOomInPhase: only at this training step
     int times = 1;                     // kOomInPhase: how many allocations fail
+    bool during_update = false;        // kOomInPhase: only inside an UpdateScope
     std::uint64_t allocation = 0;      // kOomAtAllocation
     double probability = 0.0;          // kFlaky
     std::uint64_t seed = 0;            // kFlaky
@@ -60,6 +65,8 @@ class FaultInjector {
 
     // The guard's current phase and training step.
     void set_phase(Phase phase, std::optional<std::int64_t> step = std::nullopt);
+    // Whether the optimizer update runs (UpdateScope).
+    void set_in_update(bool in_update);
     Phase phase() const;
     std::optional<std::int64_t> step() const;
 
@@ -89,6 +96,7 @@ class FaultInjector {
     std::vector<int> fired_;  // per rule
     Phase phase_ = Phase::kNone;
     std::optional<std::int64_t> step_;
+    bool in_update_ = false;
     std::uint64_t allocations_ = 0;
     std::uint64_t failures_injected_ = 0;
     std::vector<std::mt19937_64> rngs_;  // per rule (flaky)
@@ -112,6 +120,15 @@ class PhaseScope {
   private:
     Phase previous_;
     std::optional<std::int64_t> previous_step_;
+};
+
+// Marks the optimizer update for its lifetime (the `during=update` rules).
+class UpdateScope {
+  public:
+    UpdateScope();
+    ~UpdateScope();
+    UpdateScope(const UpdateScope&) = delete;
+    UpdateScope& operator=(const UpdateScope&) = delete;
 };
 
 }  // namespace loom

@@ -7,7 +7,9 @@
 // rank that died or stopped answering is a DistError on the others after it, never a hang.
 //
 // Gloo's headers are not in the torch wheel (its code is, in libtorch_cpu): loom compiles this
-// against Debian's libgloo-dev. Built without them, open() throws saying what to install.
+// against Debian's libgloo-dev. Built without them, open() throws saying what to install. On
+// CUDA the gradients are summed with NCCL (ProcessGroupNCCL, in libtorch_cuda, with the nccl.h
+// of the wheel's nvidia-nccl package) when the build found NCCL's header.
 
 #include <ATen/core/Tensor.h>
 
@@ -44,6 +46,13 @@ class ProcessGroup {
 
     // Sums a host tensor over the ranks, in place (every rank gets the sum).
     void all_reduce_sum(at::Tensor& host);
+    // Whether tensors on `device` are summed where they are: CUDA in a build with NCCL's
+    // headers (the device's own collectives, no copy through the host). Otherwise every
+    // exchange goes through host memory on Gloo.
+    bool device_collectives(const c10::Device& device) const;
+    // Sums a CUDA tensor over the ranks in place with NCCL (device_collectives must be true);
+    // NCCL's communicator is made on first use, over the same rendezvous.
+    void all_reduce_sum_on_device(at::Tensor& device_tensor);
     // Whether any rank said true: the collective outcome of an attempt.
     bool any(bool here);
     // Every rank's text, in rank order, on every rank.

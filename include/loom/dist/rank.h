@@ -15,6 +15,9 @@ struct RankFacts {
     int rank = 0;
     int world_size = 1;
     int local_rank = 0;  // which device of this node (cuda:LOCAL_RANK)
+    // RANK and WORLD_SIZE are set (torchrun, `loom train --nproc`): the process trains through
+    // the process group, also as the one rank of WORLD_SIZE=1 (the GPU check's smoke run).
+    bool launched = false;
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;
 
