@@ -5,6 +5,10 @@ channels) and the bundled tiny one, one thread per rank.
 
 Runs, interleaved over the rounds so drift on the machine hits all of them:
   1 process, batch G, 1 thread     — the reference: what one rank's core does alone
+  a group of 1 rank, batch G        — the same process through the data-parallel path (RANK=0,
+                                      WORLD_SIZE=1): the agreement after every attempt, the
+                                      exchange buffer, the undo copy, with no other rank to wait
+                                      for — the per-step agreement's own cost
   2 ranks, batch G/2 each, 1 thread — the same global batch on two cores
   1 process, batch G, 2 threads    — the same two cores used by intra-op threading instead
 
@@ -32,17 +36,22 @@ from tiny_data import add_images
 
 # name, resolution, global batch, LoRA rank
 SIZES = [("tiny", 64, 4, 8), ("small", 128, 4, 8)]
-RUNS = [("1 process x 1 thread", 1, 1), ("2 ranks x 1 thread", 2, 1),
-        ("1 process x 2 threads", 1, 2)]
+# label, ranks (0: a group of one rank), threads per process
+RUNS = [("1 process x 1 thread", 1, 1), ("group of 1 rank x 1 thread", 0, 1),
+        ("2 ranks x 1 thread", 2, 1), ("1 process x 2 threads", 1, 2)]
 
 
 def run(loom, work, name, ranks, threads, size_args, steps):
     job = os.path.join(work, name + ".yaml")
-    args = dict(size_args, batch=size_args["batch"] // ranks, steps=steps, threads=threads)
+    args = dict(size_args, batch=size_args["batch"] // max(ranks, 1), steps=steps,
+                threads=threads)
     with open(job, "w") as f:
         f.write(loom_job(work, name, **args))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), LOOM_HOME=os.path.join(work, "home"))
     cmd = [loom, "train", job, "--fresh"] + (["--nproc", str(ranks)] if ranks > 1 else [])
+    if ranks == 0:  # rank 0 of 1, as torchrun would start it
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(29000 + os.getpid() % 2000))
     with open(os.path.join(work, name + ".log"), "w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc != 0:
@@ -52,7 +61,8 @@ def run(loom, work, name, ranks, threads, size_args, steps):
     step = statistics.median(gaps)
     sync = statistics.median(m["phases"].get("sync", 0.0) for m in metrics[3:])
     lora = load_file(os.path.join(work, "runs", name, name + ".safetensors"))
-    return {"it_s": 1.0 / step, "sync": sync, "sync_share": sync / step, "lora": lora}
+    return {"it_s": 1.0 / step, "step": step, "sync": sync, "sync_share": sync / step,
+            "lora": lora}
 
 
 def max_diff(a, b):
@@ -83,7 +93,7 @@ def main():
         ref_it = statistics.median(x["it_s"] for x in ref)
         print(f"\n{size} UNet, {resolution} px, global batch {batch}, LoRA rank {rank}, "
               f"{steps} steps, {rounds} rounds")
-        print(f"{'run':24} {'it/s':>7} {'ratio':>6} {'sync s/step':>12} {'sync share':>10} "
+        print(f"{'run':28} {'it/s':>7} {'ratio':>6} {'sync s/step':>12} {'sync share':>10} "
               f"{'LoRA max diff':>14}")
         for label, _, _ in RUNS:
             xs = results[label]
@@ -91,8 +101,12 @@ def main():
             sync = statistics.median(x["sync"] for x in xs)
             share = statistics.median(x["sync_share"] for x in xs)
             diff = max(max_diff(ref[i]["lora"], xs[i]["lora"]) for i in range(len(xs)))
-            print(f"{label:24} {it:7.3f} {it / ref_it:6.2f} {sync:12.4f} {share:10.1%} "
+            print(f"{label:28} {it:7.3f} {it / ref_it:6.2f} {sync:12.4f} {share:10.1%} "
                   f"{diff:14.3g}")
+        alone = statistics.median(x["step"] for x in ref)
+        group = statistics.median(x["step"] for x in results[RUNS[1][0]])
+        print(f"the agreement's cost, a group of 1 rank against the plain process: "
+              f"{(group - alone) * 1000:+.1f} ms per step ({group / alone - 1:+.1%})")
 
 
 if __name__ == "__main__":

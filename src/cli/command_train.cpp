@@ -92,9 +92,10 @@ void refresh_report(const std::filesystem::path& run,
 }
 
 // How long a rank waits for the others at a collective before it takes them for gone
-// ($LOOM_DIST_TIMEOUT seconds; 600 by default: a rank may still be loading a large model).
+// ($LOOM_DIST_TIMEOUT seconds; 1800 by default, Gloo's own default in PyTorch: one rank may
+// still be loading a large model, or rank 0 rendering a video preview, while the others wait).
 std::chrono::milliseconds dist_timeout() {
-    double seconds = 600.0;
+    double seconds = 1800.0;
     if (const char* text = std::getenv("LOOM_DIST_TIMEOUT"); text != nullptr) {
         char* end = nullptr;
         seconds = std::strtod(text, &end);

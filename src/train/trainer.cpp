@@ -379,7 +379,9 @@ void Trainer::maybe_resume() {
 void Trainer::resume_ranks(const CheckpointState& s) {
     const int job_batch = data_->order().batch_size() / ranks();
     const int saved_batch = s.global_batch > 0 ? s.global_batch : job_batch * s.world_size;
-    if (s.world_size != ranks() || saved_batch != data_->order().batch_size()) {
+    // The same number of ranks: the job's batch, as ever (a changed batch_size restarts the
+    // epoch's order, data_order.h).
+    if (s.world_size != ranks()) {
         if (saved_batch % ranks() != 0) {
             throw UsageError(format(
                 "the checkpoint at step {} in {} was saved by {} rank(s) with a global batch of {} "
@@ -388,16 +390,14 @@ void Trainer::resume_ranks(const CheckpointState& s) {
                 s.step, run_.state_dir().string(), s.world_size, saved_batch, ranks(),
                 saved_batch));
         }
-        if (s.world_size != ranks()) {
-            log().info(
-                "the checkpoint at step {} was saved by {} rank(s); {} rank(s) go on with its "
-                "global batch of {} items ({} each), so the run continues as it would have",
-                s.step, s.world_size, ranks(), saved_batch, saved_batch / ranks());
-            events_->record("resume_ranks", {{"step", s.step},
-                                             {"saved_ranks", s.world_size},
-                                             {"ranks", ranks()},
-                                             {"global_batch", saved_batch}});
-        }
+        log().info(
+            "the checkpoint at step {} was saved by {} rank(s); {} rank(s) go on with its "
+            "global batch of {} items ({} each), so the run continues as it would have",
+            s.step, s.world_size, ranks(), saved_batch, saved_batch / ranks());
+        events_->record("resume_ranks", {{"step", s.step},
+                                         {"saved_ranks", s.world_size},
+                                         {"ranks", ranks()},
+                                         {"global_batch", saved_batch}});
         data_->use_global_batch(saved_batch);
     }
     const int r = overrides_.group != nullptr ? overrides_.group->rank() : 0;
