@@ -108,11 +108,11 @@ std::chrono::milliseconds dist_timeout() {
 }
 
 int train_in_process(const config::Job& job, TrainOverrides o,
-                     std::optional<std::filesystem::path> store_file) {
+                     std::optional<std::filesystem::path> store_file,
+                     const dist::RankFacts& facts) {
     o.stop_requested = &install_stop_handlers();
     // Several ranks: this process joins the others (rank 0 hosts the rendezvous); the ranks
     // other than 0 keep no store and print nothing of the run's files.
-    const dist::RankFacts facts = dist::rank_from_environment(dist::process_environment());
     std::unique_ptr<dist::ProcessGroup> group;
     if (facts.launched) {
         group = dist::ProcessGroup::open(facts, dist_timeout());
@@ -253,7 +253,7 @@ int run_train(const std::vector<std::string>& args) {
             logger("store").warn("{}; this run is not recorded in a stable-config store", e.what());
         }
     }
-    return train_in_process(loaded.job, o, store_file);
+    return train_in_process(loaded.job, o, store_file, facts);
 }
 
 }  // namespace

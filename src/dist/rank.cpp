@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "loom/core/error.h"
 
@@ -64,35 +65,39 @@ RankFacts rank_from_environment(const Environment& env) {
 }
 
 std::string faults_for_rank(const std::string& rules, int rank) {
-    std::string out;
-    std::size_t start = 0;
-    while (start <= rules.size()) {
-        std::size_t end = rules.find(';', start);
-        if (end == std::string::npos) end = rules.size();
-        const std::string rule = rules.substr(start, end - start);
-        start = end + 1;
-        std::string kept;
+    // Rules are separated by ';', a rule's fields by ':' (device/faults.h).
+    const auto split = [](const std::string& text, char sep) {
+        std::vector<std::string> parts;
+        std::size_t start = 0;
+        for (std::size_t end; (end = text.find(sep, start)) != std::string::npos; start = end + 1)
+            parts.push_back(text.substr(start, end - start));
+        parts.push_back(text.substr(start));
+        return parts;
+    };
+    std::vector<std::string> kept_rules;
+    for (const std::string& rule : split(rules, ';')) {
+        std::vector<std::string> kept;
         std::optional<long long> only;
-        std::size_t f = 0;
-        while (f <= rule.size()) {
-            std::size_t g = rule.find(':', f);
-            if (g == std::string::npos) g = rule.size();
-            const std::string field = rule.substr(f, g - f);
-            f = g + 1;
-            if (field.rfind("rank=", 0) == 0) {
-                only = whole_number(field.substr(5));
-                if (!only || *only < 0) {
-                    throw UsageError("fault rule '" + rule + "': rank= must be a whole number " +
-                                     "from 0 (the rank the rule applies in)");
-                }
+        for (const std::string& field : split(rule, ':')) {
+            if (field.rfind("rank=", 0) != 0) {
+                kept.push_back(field);
                 continue;
             }
-            kept += (kept.empty() ? "" : ":") + field;
+            only = whole_number(field.substr(5));
+            if (!only || *only < 0) {
+                throw UsageError("fault rule '" + rule +
+                                 "': rank= must be a whole number from 0 (the rank the rule "
+                                 "applies in)");
+            }
         }
-        if (only && *only != rank) continue;
-        if (kept.empty()) continue;
-        out += (out.empty() ? "" : ";") + kept;
+        if ((only && *only != rank) || kept.empty() || (kept.size() == 1 && kept[0].empty()))
+            continue;
+        std::string text;
+        for (const std::string& f : kept) text += (text.empty() ? "" : ":") + f;
+        kept_rules.push_back(text);
     }
+    std::string out;
+    for (const std::string& r : kept_rules) out += (out.empty() ? "" : ";") + r;
     return out;
 }
 

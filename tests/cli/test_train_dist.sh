@@ -47,6 +47,20 @@ train() {
 
 steps_of() { cat "$TMP/runs/$1/metrics.jsonl" 2>/dev/null | wc -l; }
 
+# faulted_pair ONE MANY NPROC BATCH STEPS FAULT RANK: one process at batch NPROC x BATCH given
+# FAULT, and NPROC ranks at BATCH given FAULT on rank RANK only (logs $TMP/ONE.log, $TMP/MANY.log).
+faulted_pair() {
+  local one="$1" many="$2" n="$3" b="$4" steps="$5" fault="$6" r="$7"
+  job "$one" $((n * b)) "$steps" >"$TMP/$one.yaml"
+  job "$many" "$b" "$steps" >"$TMP/$many.yaml"
+  train "$one" "$one" --faults "$fault" || bad "one process given $fault exits $?"
+  if train "$many" "$many" --nproc "$n" --faults "$fault:rank=$r"; then
+    ok "$n ranks recover from $fault on rank $r"
+  else
+    bad "$n ranks given $fault on rank $r exit $?"; tail -20 "$TMP/$many.log"
+  fi
+}
+
 # ---- 2 ranks at batch 2 = 1 process at batch 4 ------------------------------------------------
 job one4 4 >"$TMP/one4.yaml"
 job two2 2 >"$TMP/two2.yaml"
@@ -77,14 +91,7 @@ with safe_open(d + "/state.safetensors", "pt") as f:
 PY
 
 # ---- an OOM on rank 1 only ---------------------------------------------------------------------
-job one4f 4 >"$TMP/one4f.yaml"
-job two2f 2 >"$TMP/two2f.yaml"
-train one4f one4f --faults "oom:phase=train_step:step=3" || bad "one process with an OOM"
-if train two2f two2f --nproc 2 --faults "oom:phase=train_step:step=3:rank=1"; then
-  ok "2 ranks recover from an OOM on rank 1"
-else
-  bad "2 ranks with an OOM on rank 1 exit $?"; tail -20 "$TMP/two2f.log"
-fi
+faulted_pair one4f two2f 2 2 8 "oom:phase=train_step:step=3" 1
 r0=$(grep "^\[rank0\]: .*plan change:" "$TMP/two2f.log" | sed 's/^\[rank0\]: //')
 r1=$(grep "^\[rank1\]: .*plan change:" "$TMP/two2f.log" | sed 's/^\[rank1\]: //')
 if [ -n "$r0" ] && [ "$r0" = "$r1" ]; then ok "both ranks took the same rung: ${r0#*plan change: }"
@@ -99,25 +106,11 @@ same_lora one4f two2f "with the OOM on rank 1, the LoRA of one process given the
 
 # ---- an OOM in rank 1's optimizer update, after rank 0's update went through ------------------
 # Rank 0 must put its update back (from its host copy) before the ranks retry the step.
-job one4u 4 >"$TMP/one4u.yaml"
-job two2u 2 >"$TMP/two2u.yaml"
-train one4u one4u --faults "oom:phase=train_step:step=4:during=update" || bad "one process, update OOM"
-if train two2u two2u --nproc 2 --faults "oom:phase=train_step:step=4:during=update:rank=1"; then
-  ok "2 ranks recover from an OOM in rank 1's update"
-else
-  bad "2 ranks with an OOM in rank 1's update exit $?"; tail -20 "$TMP/two2u.log"
-fi
+faulted_pair one4u two2u 2 2 8 "oom:phase=train_step:step=4:during=update" 1
 same_lora one4u two2u "rank 0 undid its update: the LoRA of one process given the same OOM"
 
 # ---- 3 ranks, the OOM on rank 2 ----------------------------------------------------------------
-job one3f 3 6 >"$TMP/one3f.yaml"
-job three1f 1 6 >"$TMP/three1f.yaml"
-train one3f one3f --faults "oom:phase=train_step:step=2" || bad "one process at batch 3"
-if train three1f three1f --nproc 3 --faults "oom:phase=train_step:step=2:rank=2"; then
-  ok "3 ranks recover from an OOM on rank 2"
-else
-  bad "3 ranks exit $?"; tail -20 "$TMP/three1f.log"
-fi
+faulted_pair one3f three1f 3 1 6 "oom:phase=train_step:step=2" 2
 [ "$(grep -c "plan change:" "$TMP/three1f.log")" -eq 3 ] && ok "each of the 3 ranks took the rung once" ||
   bad "plan change lines: $(grep -c "plan change:" "$TMP/three1f.log")"
 same_lora one3f three1f "3 ranks at batch 1 train what one process at batch 3 trains"
@@ -160,6 +153,25 @@ if train regroup regroup_one; then
 else
   bad "one process could not resume the 2-rank checkpoint"; tail -5 "$TMP/regroup_one.log"
 fi
+
+# ---- launching mistakes: exit 2, saying what is wrong ------------------------------------------
+usage_error() {  # usage_error WHAT TEXT ENV... -- ARGS...
+  local what="$1" text="$2"; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local code=0
+  env "${envs[@]}" timeout 60 "$LOOM" train "$TMP/two2.yaml" "$@" >"$TMP/usage.log" 2>&1 || code=$?
+  if [ "$code" -eq 2 ] && grep -q -- "$text" "$TMP/usage.log"; then ok "$what: exit 2"
+  else bad "$what: exit $code, $(tail -1 "$TMP/usage.log")"; fi
+}
+usage_error "--nproc 0" "give 1 to 64 processes" -- --nproc 0
+usage_error "--nproc with --no-supervise" "cannot be combined with --no-supervise" -- --nproc 2 --no-supervise
+usage_error "--nproc inside torchrun" "drop --nproc" RANK=0 WORLD_SIZE=2 -- --nproc 2
+usage_error "a fault rule's rank that is not one" "rank= must be a whole number" \
+  -- --faults "oom:phase=load:rank=x"
+usage_error "LOOM_DIST_TIMEOUT that is not seconds" "LOOM_DIST_TIMEOUT is 'soon'" \
+  RANK=0 WORLD_SIZE=1 MASTER_PORT=$((20000 + RANDOM % 20000)) LOOM_DIST_TIMEOUT=soon --
 
 # ---- torchrun ----------------------------------------------------------------------------------
 TORCHRUN="$(dirname "$PY")/torchrun"
