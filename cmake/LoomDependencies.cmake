@@ -87,10 +87,33 @@ target_link_libraries(loom_torch_pch PUBLIC loom_torch)
 target_precompile_headers(loom_torch_pch PRIVATE <torch/torch.h>)
 target_compile_options(loom_torch_pch PRIVATE ${LOOM_WARNING_FLAGS})
 
-# Targets whose sources include torch call this to reuse the precompiled header.
+# Targets whose sources include torch call this to reuse the precompiled header. Their sources
+# that include no torch header, directly or through loom's headers, compile without it: loading
+# the 700 MB header costs such a unit more than the whole unit (cmake/torch_free_sources.py).
+# The scan runs at configure time; a unit that starts to use torch later still compiles (its own
+# includes bring torch), only slower until the next configure.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
 function(loom_use_torch_pch target)
   target_link_libraries(${target} PRIVATE loom_torch)
   target_precompile_headers(${target} REUSE_FROM loom_torch_pch)
+  get_target_property(sources ${target} SOURCES)
+  set(absolute "")
+  foreach(s IN LISTS sources)
+    get_filename_component(s "${s}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    list(APPEND absolute "${s}")
+  endforeach()
+  set(dirs "${PROJECT_SOURCE_DIR}/include" "${PROJECT_BINARY_DIR}/generated"
+           "${CMAKE_CURRENT_SOURCE_DIR}" "${PROJECT_SOURCE_DIR}/tests/common"
+           "${PROJECT_SOURCE_DIR}/tests/model" "${PROJECT_SOURCE_DIR}/tests/train")
+  execute_process(
+    COMMAND "${Python3_EXECUTABLE}" "${PROJECT_SOURCE_DIR}/cmake/torch_free_sources.py"
+            "${dirs}" "${absolute}"
+    OUTPUT_VARIABLE free OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+  if(free)
+    string(REPLACE "\n" ";" free "${free}")
+    set_source_files_properties(${free} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+  endif()
+  loom_unity_build_later(${target})
 endfunction()
 
 if(LOOM_BUILD_TESTS)

@@ -10,6 +10,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+export LOOM_SOURCE_DIR="$ROOT"  # where make_tiny_fixture finds its tokenizer
 BUILD="${LOOM_BUILD_DIR:-build}"
 LOOM="$BUILD/src/cli/loom"
 PY=.venv/bin/python

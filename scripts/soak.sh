@@ -23,6 +23,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 N="${1:-20}"
 LOOM="$ROOT/build/src/cli/loom"
 FIXTURE="$ROOT/build/tests/train/make_tiny_fixture"
+export LOOM_SOURCE_DIR="$ROOT"  # where the fixture finds its tokenizer (tests/common/source_dir.h)
 PY="$ROOT/.venv/bin/python"
 for f in "$LOOM" "$FIXTURE" "$PY"; do
   [ -x "$f" ] || { echo "error: $f is missing; run scripts/setup.sh first" >&2; exit 2; }

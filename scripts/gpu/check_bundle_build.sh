@@ -4,17 +4,20 @@
 # Debian packages (the machine that made the bundle), a bundle missing a header or a library
 # would still build, silently, from /usr; on a GPU host without them it would not. Checks:
 #   (a) no compiled file included a header of those packages from /usr/include
-#       (ninja's dependency log; run after the build);
+#       (ninja's dependency log, run after the build; or, with --deps FILE, the headers the dry
+#       run's preprocessor listed, scripts/gpu/bundle_relink.py);
 #   (b) CMake found each package's config, SQLite3 and libwebp inside PREFIX (CMakeCache.txt);
 #   (c) loom and the test executables load yaml-cpp, spdlog, fmt, webp and sqlite3 from PREFIX
 #       (ldd), without LD_LIBRARY_PATH.
 #
-#   scripts/gpu/check_bundle_build.sh BUILD_DIR PREFIX
+#   scripts/gpu/check_bundle_build.sh BUILD_DIR PREFIX [--deps FILE]
 #
 # Exits 1 naming each leak, 0 when there is none.
 set -euo pipefail
 
-[ $# -eq 2 ] || { echo "usage: $0 BUILD_DIR PREFIX" >&2; exit 2; }
+DEPS_FILE=""
+if [ $# -eq 4 ] && [ "$3" = --deps ]; then DEPS_FILE="$4"; set -- "$1" "$2"; fi
+[ $# -eq 2 ] || { echo "usage: $0 BUILD_DIR PREFIX [--deps FILE]" >&2; exit 2; }
 BUILD="$1"
 [ -f "$BUILD/CMakeCache.txt" ] || { echo "error: $BUILD is no configured build folder" >&2; exit 2; }
 [ -d "$2/usr" ] || { echo "error: $2 is no deps prefix" >&2; exit 2; }
@@ -30,8 +33,12 @@ inside() { case "$1" in "$PREFIX"/*) return 0 ;; *) return 1 ;; esac; }
 # (a) Headers. `ninja -t deps` prints each object's recorded inputs, one path a line.
 SYSTEM_HEADERS='^/usr/include/(yaml-cpp/|spdlog/|fmt/|nlohmann/|cxxopts\.hpp|stb/|gtest/|gmock/|SQLiteCpp/|webp/|gloo/|sqlite3(ext)?\.h)'
 # gcc may write a header as /usr/lib/gcc/.../../../../include/x.h: compare normalized paths.
-deps="$(ninja -C "$BUILD" -t deps 2>/dev/null | sed -n 's/^ *\(\/.*\)$/\1/p' | sort -u |
-        xargs -r -d '\n' realpath -m -- | sort -u)"
+if [ -n "$DEPS_FILE" ]; then
+  deps="$(xargs -r -d '\n' realpath -m -- <"$DEPS_FILE" | sort -u)"
+else
+  deps="$(ninja -C "$BUILD" -t deps 2>/dev/null | sed -n 's/^ *\(\/.*\)$/\1/p' | sort -u |
+          xargs -r -d '\n' realpath -m -- | sort -u)"
+fi
 if ! grep -qF "$PREFIX/usr/include/yaml-cpp/" <<<"$deps"; then
   # An empty or foreign log would pass the leak test below without proving anything.
   leak "(a) ninja's dependency log names no header of $PREFIX/usr/include/yaml-cpp: build $BUILD first"

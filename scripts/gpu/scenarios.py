@@ -11,7 +11,7 @@ so a hang costs one scenario, not the machine's budget.
   throughput   loom against the diffusers + peft loop (bench/reference_lora.py) at equal
                settings, interleaved rounds, batch 1 and 4, with and without gradient
                checkpointing; then loom's perf switches each on against off
-  dirty        another process holds most of the card: loom stops with exit code 5 in seconds
+  dirty        another process holds most of the card: loom stops with exit code 5 before a step
   dist_one_rank  torchrun --no-python starts loom as the one rank of a process group: the
                data-parallel path (NCCL on CUDA) trains the LoRA a plain run trains
 
@@ -54,7 +54,8 @@ class Settings:
         self.steps = 6 if dry else 12
         self.rank = 16
         self.ref_device = "cpu" if dry else "cuda"
-        self.rounds = 2
+        # The dry run proves the script, not the figures: one round per side is enough there.
+        self.rounds = 1 if dry else 2
         self.model = None  # the base model folder (make_models.py)
         self.throughput_device = "cpu" if dry else self.device
 
@@ -311,7 +312,9 @@ def scenario_throughput(loom, work, s):
 
 def scenario_dirty(loom, work, s):
     """A second process holds most of the card before loom starts (on sim: LOOM_FAULTS=dirty,
-    the same report from the device): loom must stop with exit code 5 within seconds."""
+    the same report from the device): loom must stop with exit code 5 before it trains a step.
+    How long it took is a figure of the report, not a check (the part's time limit catches a
+    hang)."""
     data = os.path.join(work, "data")
     holder = None
     env = dict(os.environ)
@@ -324,14 +327,14 @@ def scenario_dirty(loom, work, s):
         if not line.startswith("held"):
             raise Failure("the memory-holding process did not start")
     try:
-        _, _, seconds, rc, tail = train(loom, work, "dirty", s, env=env, data=data,
+        _, metrics, seconds, rc, tail = train(loom, work, "dirty", s, env=env, data=data,
                                         steps=s.steps, batch=1, checkpointing=True)
     finally:
         if holder:
             holder.send_signal(signal.SIGTERM)
             holder.wait()
     result = {"exit_code": rc, "seconds": round(seconds, 2), "log_tail": tail[-600:]}
-    checks = {"exit code 5": rc == 5, "stopped within 30 s": seconds < 30}
+    checks = {"exit code 5": rc == 5, "stopped before training a step": not metrics}
     return result, checks
 
 

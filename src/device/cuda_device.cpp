@@ -112,6 +112,7 @@ MemoryStats CudaDevice::stats() const {
     s.reserved = static_cast<std::uint64_t>(dev.reserved_bytes[kAggregate].current);
     s.peak_allocated = static_cast<std::uint64_t>(dev.allocated_bytes[kAggregate].peak);
     s.peak_reserved = static_cast<std::uint64_t>(dev.reserved_bytes[kAggregate].peak);
+    s.allocated_total = static_cast<std::uint64_t>(dev.allocated_bytes[kAggregate].allocated);
     const auto [free, total] = mem_get_info(spec().index);
     s.total = limit_ ? *limit_ : total;
     // Under a cap, what this process may still take: the cap minus what it reserved.

@@ -119,6 +119,7 @@ c10::DataPtr SimAllocator::allocate(size_t n) {
             if (current_.compare_exchange_weak(current, current + n)) break;
         }
         raise_peak(peak_, current + n);
+        allocated_total_ += n;
         record(Event::Kind::kAlloc, n, current + n);
     } else if (n > 0 && enabled_.load()) {
         if (auto rule = fault_injector().on_host_allocation(n)) {

@@ -48,6 +48,7 @@ MemoryStats SimDevice::stats() const {
     s.peak_allocated = allocator_.peak();
     s.peak_reserved = s.peak_allocated;
     s.total = allocator_.budget();
+    s.allocated_total = allocator_.allocated_total();
     // `dirty`: memory held outside loom, as on a GPU another process still occupies.
     s.free = fault_injector().dirty() ? 0 : s.total - std::min(s.total, s.allocated);
     return s;

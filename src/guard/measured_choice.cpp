@@ -62,6 +62,7 @@ std::optional<int> Guard::measure_candidates(const std::vector<Plan>& candidates
     std::vector<std::optional<Measurement>> measured(candidates.size());
     std::vector<Plan> too_big;  // measured not to fit: what needs as much is skipped
     int best = -1;
+    std::string clock = "wall";
     for (std::size_t i = 0; i < candidates.size(); ++i) {
         const Plan& c = candidates[i];
         if (std::any_of(too_big.begin(), too_big.end(),
@@ -91,6 +92,7 @@ std::optional<int> Guard::measure_candidates(const std::vector<Plan>& candidates
                                    {"peak", m->peak},
                                    {"limit", limit},
                                    {"step_seconds", m->step_seconds},
+                                   {"clock", m->clock},
                                    {"plan", describe(c)}});
         if (!figures.empty()) figures += "; ";
         figures += describe(c) + ": " +
@@ -98,10 +100,13 @@ std::optional<int> Guard::measure_candidates(const std::vector<Plan>& candidates
                              : format_seconds(m->step_seconds) + "/step, peak " +
                                    format_bytes_human(m->peak) + (fits ? "" : " (no headroom)"));
         measured[i] = m;
+        clock = m->clock;
         if (fits && (best < 0 || m->step_seconds < measured[best]->step_seconds * kTie)) {
             best = static_cast<int>(i);
         }
     }
+    // A modelled clock's figures are not seconds anyone waited: say so where they are read.
+    if (clock != "wall") figures += " (times by " + clock + ")";
     return best;
 }
 

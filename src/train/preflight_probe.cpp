@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 
 #include "loom/core/byte_size.h"
@@ -11,6 +10,7 @@
 #include "loom/device/device.h"
 #include "loom/device/faults.h"
 #include "loom/device/phase.h"
+#include "loom/device/step_clock.h"
 #include "loom/guard/event_log.h"
 #include "loom/guard/guard.h"
 #include "loom/train/training_step.h"
@@ -82,24 +82,23 @@ void PreflightProbe::run() {
 guard::Measurement PreflightProbe::measure(const guard::Plan& candidate) {
     RestoreRng rng;
     device_.reset_peak();
+    StepClock clock(device_);
     double fastest = 0.0;
     for (int run = 0; run < 2; ++run) {
-        device_.synchronize();
-        const auto started = std::chrono::steady_clock::now();
+        clock.start();
         {
             PhaseScope scope(Phase::kProbe, std::nullopt);
             step_.probe(candidate);
-            device_.synchronize();
         }
+        const double seconds = clock.seconds();
         rng.restore();
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         fastest = run == 0 ? seconds : std::min(fastest, seconds);
     }
     guard::Measurement m;
     m.fits = true;
     m.peak = device_.stats().peak_allocated;
     m.step_seconds = fastest * static_cast<double>(candidate.gradient_accumulation);
+    m.clock = clock.name();
     return m;
 }
 

@@ -51,11 +51,11 @@ TEST_P(ProcessGroupTest, SumsAgreesGathersAndBroadcasts) {
 INSTANTIATE_TEST_SUITE_P(Ranks, ProcessGroupTest, ::testing::Values(2, 3));
 
 // Rank 1 leaves without joining the collective: rank 0 gets a DistError naming what it waited
-// for, after the timeout, instead of waiting forever.
+// for, after the timeout, instead of waiting forever (a hang would end at CTest's TIMEOUT, as a
+// failure: reaching the checks below at all is the bound).
 TEST(ProcessGroupTimeout, ARankThatNeverAnswersIsAnErrorNotAHang) {
     if (!process_groups_supported()) GTEST_SKIP() << "built without Gloo's headers";
     std::string rank0_error;
-    const auto started = std::chrono::steady_clock::now();
     on_ranks(
         2,
         [&](ProcessGroup& g) {
@@ -70,12 +70,9 @@ TEST(ProcessGroupTimeout, ARankThatNeverAnswersIsAnErrorNotAHang) {
             }
         },
         milliseconds(1500));
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     EXPECT_NE(rank0_error.find("rank 0: agreeing on the attempt's outcome failed"),
               std::string::npos)
         << rank0_error;
-    EXPECT_LT(seconds, 60.0);  // bounded, whatever the machine's speed
 }
 
 }  // namespace

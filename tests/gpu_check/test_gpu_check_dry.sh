@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The GPU check's dry run (issue 17): scripts/gpu_bundle.sh makes the bundle, then
-# GPU_CHECK_DRY=1 scripts/gpu_check.sh builds loom from the bundle's prefix alone (its
-# check_bundle_build step fails if a header or library of the system's copies was used), runs the
-# `gpu` tests (they skip without a GPU) and every scenario at toy sizes on sim/cpu. Here we assert
-# what a GPU run will rely on: every part passed, and results.json / results.md have the shape
-# docs/GPU.md describes.
+# GPU_CHECK_DRY=1 scripts/gpu_check.sh checks it with BUILD's objects: every unit's includes
+# resolve inside the bundle's prefix, loom and the `gpu` tests link and load against it (its
+# check_bundle_build step fails if a header or library of the system's copies was used); it runs
+# the `gpu` tests (they skip without a GPU) and every scenario at toy sizes on sim/cpu with the
+# relinked loom. Here we assert what a GPU run will rely on: every part passed, and results.json /
+# results.md have the shape docs/GPU.md describes.
 #
-#   test_gpu_check_dry.sh ROOT WORKDIR
+#   test_gpu_check_dry.sh ROOT WORKDIR BUILD
 set -euo pipefail
 ROOT="$1"
 WORK="$2"
+OBJECTS="$3"
 rm -rf "$WORK/out"
 mkdir -p "$WORK"
 
@@ -19,6 +21,7 @@ GPU_BUNDLE_DIR="$WORK/bundle" bash "$ROOT/scripts/gpu_bundle.sh" || fail "gpu_bu
 
 rc=0
 GPU_CHECK_DRY=1 OUT="$WORK/out" GPU_BUNDLE_DIR="$WORK/bundle" GPU_CHECK_BUILD="$WORK/build" \
+  GPU_CHECK_OBJECTS="$OBJECTS" \
   bash "$ROOT/scripts/gpu_check.sh" || rc=$?
 [[ -f "$WORK/out/gpu_check.log" ]] || fail "no gpu_check.log"
 if ((rc != 0)); then
@@ -38,7 +41,7 @@ for key in ("date", "machine", "loom", "parts", "verdict"):
 assert r["machine"]["torch"], r["machine"]
 for p in parts:
     assert r["verdict"].get(p) == "pass", (p, r["verdict"].get(p))
-    assert r["parts"][p]["seconds"] <= r["parts"][p]["limit"], p
+    assert not r["parts"][p]["timed_out"], p  # a part's limit only catches a hang
 step = r["parts"]["step_oom"]["scenario"]["result"]
 assert step["steps_lost"] == 0 and step["ooms"] >= 1, step
 sample = r["parts"]["sample_oom"]["scenario"]["result"]

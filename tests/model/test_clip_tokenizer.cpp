@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/source_dir.h"
 #include "loom/core/error.h"
 #include "loom/model/clip_tokenizer.h"
 #include "loom/model/unicode_tables.h"
@@ -25,9 +26,7 @@ namespace fs = std::filesystem;
 using Ids = std::vector<int64_t>;
 
 fs::path fixture_dir() {
-    const fs::path next_to_source = fs::path(__FILE__).parent_path() / "data" / "clip_tokenizer";
-    if (fs::exists(next_to_source)) return next_to_source;
-    return fs::path("tests") / "model" / "data" / "clip_tokenizer";  // ctest runs from the root
+    return testing::source_dir() / "tests" / "model" / "data" / "clip_tokenizer";
 }
 
 // The save_pretrained folders: sd15/ and sdxl_tokenizer_2/.

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "../common/source_dir.h"
 #include "loom/data/image.h"
 #include "loom/model/autoencoder_kl.h"
 #include "loom/model/clip_text_model.h"
@@ -30,7 +31,7 @@ inline void write_json(const fs::path& p, const nlohmann::json& j) {
 
 // The tokenizer fixture of the model tests (a 1,044-token CLIP vocabulary).
 inline fs::path tokenizer_fixture() {
-    return fs::path(__FILE__).parent_path().parent_path() / "model" / "data" / "clip_tokenizer";
+    return testing::source_dir() / "tests" / "model" / "data" / "clip_tokenizer";
 }
 
 inline void make_tiny_sd(const fs::path& root) {

@@ -16,6 +16,9 @@ struct MemoryStats {
     std::uint64_t peak_reserved = 0;
     std::uint64_t total = 0;  // device capacity (the budget on sim, RAM on cpu)
     std::uint64_t free = 0;   // what the device reports free
+    // bytes handed out since the device opened, freed or not (cumulative; 0 on cpu): how much
+    // memory traffic a piece of work caused (device/step_clock.h)
+    std::uint64_t allocated_total = 0;
 
     // "allocated 12.00 MiB, reserved 16.00 MiB, peak 40.00 MiB, free 80.00 MiB of 96.00 MiB"
     std::string to_string() const;

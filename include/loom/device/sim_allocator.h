@@ -44,6 +44,8 @@ class SimAllocator final : public c10::Allocator {
     std::uint64_t peak() const { return peak_.load(); }
     void reset_peak() { peak_.store(current_.load()); }
     std::uint64_t device_allocations() const { return device_allocations_.load(); }
+    // Bytes of every device-resident allocation since install(), freed or not.
+    std::uint64_t allocated_total() const { return allocated_total_.load(); }
 
     // Allocation history of device-resident memory, like CUDA's memory history: every
     // allocation, free and refused allocation while recording is on.
@@ -74,6 +76,7 @@ class SimAllocator final : public c10::Allocator {
     std::atomic<std::uint64_t> current_{0};
     std::atomic<std::uint64_t> peak_{0};
     std::atomic<std::uint64_t> device_allocations_{0};
+    std::atomic<std::uint64_t> allocated_total_{0};
     std::atomic<bool> recording_{false};
     std::mutex history_mutex_;
     std::vector<Event> history_;

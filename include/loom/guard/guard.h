@@ -34,9 +34,10 @@ namespace loom::guard {
 // One candidate plan measured by the target: one forward and backward of the worst-case
 // micro-batch under it (no optimizer update, the RNG restored, the live plan restored after).
 struct Measurement {
-    bool fits = false;          // no OOM
-    std::uint64_t peak = 0;     // the device's peak during it
-    double step_seconds = 0.0;  // the micro-batch's time x the micro-batches of a step
+    bool fits = false;           // no OOM
+    std::uint64_t peak = 0;      // the device's peak during it
+    double step_seconds = 0.0;   // the micro-batch's time x the micro-batches of a step
+    std::string clock = "wall";  // which clock timed it (device/step_clock.h)
 };
 
 // What the engine needs from the trainer it protects.
