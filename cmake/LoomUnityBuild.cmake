@@ -10,8 +10,10 @@
 # source and source property is known), loom_unity_build writes
 # <binary dir>/unity/<target>_<kind>_<n>.cpp files that #include up to LOOM_UNITY_BATCH sources
 # by a path relative to the unity file (relative, so ccache's CCACHE_BASEDIR still makes two
-# clones share objects, cmake/LoomCompilerCache.cmake), marks the sources HEADER_FILE_ONLY and
-# compiles the batches instead. Units that use torch and units that do not are batched apart (the
+# clones share objects, cmake/LoomCompilerCache.cmake) and gives the target the batches instead of
+# those sources. (Not by marking them HEADER_FILE_ONLY: source properties belong to the
+# directory, and another target of the same directory that compiles the source itself, such as a
+# fixture maker sharing a helper, would lose it.) Units that use torch and units that do not are batched apart (the
 # latter skip the precompiled header, cmake/torch_free_sources.py). A source with compile
 # definitions or options of its own (video.cpp's LOOM_HAVE_FFMPEG, ...) is compiled alone, as is
 # any source marked LOOM_NO_UNITY.
@@ -58,8 +60,10 @@ function(loom_unity_build target)
   get_target_property(sources ${target} SOURCES)
   set(torch "")
   set(plain "")
+  set(kept "")  # the target's sources that stay as they are
   foreach(s IN LISTS sources)
     if(NOT s MATCHES "\\.(cpp|cc|cxx)$")
+      list(APPEND kept "${s}")
       continue()
     endif()
     get_filename_component(abs "${s}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
@@ -68,6 +72,7 @@ function(loom_unity_build target)
     get_source_file_property(alone "${abs}" LOOM_NO_UNITY)
     get_source_file_property(header_only "${abs}" HEADER_FILE_ONLY)
     if(defs OR opts OR alone OR header_only)
+      list(APPEND kept "${s}")
       continue()
     endif()
     get_source_file_property(skip_pch "${abs}" SKIP_PRECOMPILE_HEADERS)
@@ -80,15 +85,16 @@ function(loom_unity_build target)
   foreach(kind torch plain)
     list(LENGTH ${kind} count)
     if(count LESS 2)
-      continue()  # one source is its own unit already
+      list(APPEND kept ${${kind}})  # one source is its own unit already
+      continue()
     endif()
     _loom_unity_batches(${target} ${kind} "${${kind}}" unity_files)
-    set_source_files_properties(${${kind}} PROPERTIES HEADER_FILE_ONLY ON)
-    target_sources(${target} PRIVATE ${unity_files})
+    list(APPEND kept ${unity_files})
     if(kind STREQUAL plain)
       set_source_files_properties(${unity_files} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
     endif()
   endforeach()
+  set_property(TARGET ${target} PROPERTY SOURCES ${kept})
 endfunction()
 
 # Schedules loom_unity_build for the end of the current directory, once per target.

@@ -13,8 +13,9 @@ DRY_BUILD is configured (not built) with -DLOOM_DEPS_PREFIX=PREFIX. For every co
 run to build TARGETs there (`ninja -t commands`, in order):
   - a compilation: its includes are listed with the preprocessor alone (-M, without the
     precompiled header, which holds only <torch/torch.h>; the header itself is listed once), and
-    the object is taken from MAIN_BUILD when MAIN_BUILD compiled it with the same command but for
-    the prefix's include folder (the same Debian packages, so the same headers' text); an object
+    the object is taken from MAIN_BUILD when MAIN_BUILD compiled the same sources (a unity batch's
+    list included) with the same command but for the prefix's include folder (the same Debian
+    packages, so the same headers' text); an object
     whose command differs (video.cpp: the prefix has no FFmpeg) is compiled here;
   - archiving and linking run as they are, against the prefix's libraries (CMake's link lines
     name them by path), and the test executables' post-build step lists their suites for CTest.
@@ -46,6 +47,19 @@ def normalized(command, dry, main, prefix):
     """A dry command as the main build would write it, for comparison."""
     return (command.replace(f" -isystem {prefix}/usr/include", "")
             .replace(dry, main))
+
+
+def unit_sources(command, build):
+    """What a compilation compiles: its source file, or, for a unity batch (a file the build
+    wrote, cmake/LoomUnityBuild.cmake), the sources it includes, as real paths. Two builds whose
+    commands agree may still batch different sources (an object must not be reused then)."""
+    words = shlex.split(command)
+    source = os.path.realpath(os.path.join(build, words[words.index("-c") + 1]))
+    if not source.startswith(build + os.sep):
+        return (source,)
+    with open(source) as f:
+        found = re.findall(r'^#include "([^"]+)"', f.read(), re.M)
+    return tuple(os.path.realpath(os.path.join(os.path.dirname(source), s)) for s in found)
 
 
 def list_includes(command, scratch, output):
@@ -112,7 +126,9 @@ def main(dry, main_build, prefix, deps_out, *targets):
         m = re.search(r" -o (\S+)", line)
         output = m.group(1) if m else None
         if output in dry_db and not output.endswith(".gch"):
-            same = main_db.get(output) == normalized(dry_db[output], dry, main_build, prefix)
+            same = (main_db.get(output) == normalized(dry_db[output], dry, main_build, prefix)
+                    and unit_sources(main_db[output], main_build)
+                    == unit_sources(dry_db[output], dry))
             source = os.path.join(main_build, output)
             if same and os.path.exists(source):
                 target = os.path.join(dry, output)

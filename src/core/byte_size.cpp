@@ -18,11 +18,6 @@ struct Unit {
     std::uint64_t factor;
 };
 
-constexpr std::uint64_t kKiB = 1024ULL;
-constexpr std::uint64_t kMiB = kKiB * 1024ULL;
-constexpr std::uint64_t kGiB = kMiB * 1024ULL;
-constexpr std::uint64_t kTiB = kGiB * 1024ULL;
-
 constexpr std::array<Unit, 10> kUnits{{
     {"", 1},
     {"b", 1},

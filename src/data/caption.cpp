@@ -4,20 +4,11 @@
 #include <vector>
 
 #include "loom/config/job.h"
+#include "loom/core/text.h"
 
 namespace loom::data {
 
 namespace {
-
-bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-    return s;
-}
 
 std::vector<std::string> split_tokens(std::string_view caption) {
     std::vector<std::string> tokens;
@@ -25,7 +16,7 @@ std::vector<std::string> split_tokens(std::string_view caption) {
     while (start <= caption.size()) {
         std::size_t comma = caption.find(',', start);
         if (comma == std::string_view::npos) comma = caption.size();
-        const std::string_view token = trim(caption.substr(start, comma - start));
+        const std::string_view token = trim_ascii_space(caption.substr(start, comma - start));
         if (!token.empty()) tokens.emplace_back(token);
         start = comma + 1;
     }
@@ -65,7 +56,7 @@ std::string inject_trigger(std::string_view caption, const std::optional<std::st
     std::string out(caption);
     replace_all(out, "[trigger]", word);
     replace_all(out, "[name]", word);
-    if (!trim(word).empty() && out.find(word) == std::string::npos)
+    if (!trim_ascii_space(word).empty() && out.find(word) == std::string::npos)
         out = out.empty() ? word : word + " " + out;  // no trailing space for an empty caption
     return out;
 }

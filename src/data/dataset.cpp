@@ -10,6 +10,7 @@
 #include "loom/config/job.h"
 #include "loom/core/logging.h"
 #include "loom/core/sha256.h"
+#include "loom/core/text.h"
 #include "loom/core/utf8.h"
 
 namespace loom::data {
@@ -51,13 +52,6 @@ bool read_bytes(const fs::path& path, std::string& out, std::string& error) {
         return false;
     }
     return true;
-}
-
-std::string_view trim(std::string_view s) {
-    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-    while (!s.empty() && space(s.front())) s.remove_prefix(1);
-    while (!s.empty() && space(s.back())) s.remove_suffix(1);
-    return s;
 }
 
 // One candidate file's outcome: a record, or the warning that skips it.
@@ -133,7 +127,8 @@ Outcome examine(const fs::path& path, const config::DatasetConfig& cfg) {
         record.caption_path = caption_path;
         record.caption = std::move(text);
     }
-    if (trim(record.caption).empty() && cfg.default_caption) record.caption = *cfg.default_caption;
+    if (trim_ascii_space(record.caption).empty() && cfg.default_caption)
+        record.caption = *cfg.default_caption;
     out.record = std::move(record);
     return out;
 }

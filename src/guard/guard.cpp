@@ -7,6 +7,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "guard_log.h"
 #include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
@@ -19,11 +20,6 @@
 namespace loom::guard {
 
 namespace {
-
-const Logger& log() {
-    static const Logger l = logger("guard");
-    return l;
-}
 
 // The exception's message without c10's backtrace, first line only.
 std::string message_of(const std::exception_ptr& failure) {
@@ -159,8 +155,9 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
         if (options_.agreement != nullptr) {
             together = decide_together(own, event);
             if (!own) {
-                log().warn("another rank ran out of memory in {}; this rank drops its attempt too",
-                           to_string(phase));
+                guard_log().warn(
+                    "another rank ran out of memory in {}; this rank drops its attempt too",
+                    to_string(phase));
             }
         }
         const OomKind kind = event.kind;
@@ -178,7 +175,7 @@ void Guard::run(Phase phase, std::optional<std::int64_t> step, const std::functi
             facts.message = event.message;
             options_.store->oom(facts);
         }
-        log().warn("{}", to_line(OomLine{phase, step, kind, event.message}));
+        guard_log().warn("{}", to_line(OomLine{phase, step, kind, event.message}));
         if (!options_.enabled) {
             throw DoesNotFitError(
                 to_line(OomDisabledLine{phase, step, event.message, describe(plan_)}));
@@ -224,7 +221,8 @@ Decision Guard::decide_together(const std::optional<OomEvent>& own, OomEvent& de
     }
     const nlohmann::json j = nlohmann::json::parse(group.from_leader(text));
     decisive = event_from_text(j.at("event").get<std::string>());
-    log().info("rank {}'s out-of-memory error decides for every rank", j.at("rank").get<int>());
+    guard_log().info("rank {}'s out-of-memory error decides for every rank",
+                     j.at("rank").get<int>());
     return decision_from_text(j.at("decision").get<std::string>(), plan_);
 }
 
@@ -243,7 +241,7 @@ void Guard::apply(const Decision& d) {
         ++changes_;
         plan_changed();
     }
-    log().warn("{}", to_line(PlanChangeLine{d.changes, d.rule, d.reason}));
+    guard_log().warn("{}", to_line(PlanChangeLine{d.changes, d.rule, d.reason}));
 }
 
 bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Plan&)>& probe) {
@@ -290,7 +288,7 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
         device_.empty_cache();
         target_->apply_plan(candidate, plan_);
         change->pinned = true;
-        log().warn(
+        guard_log().warn(
             "{}", to_line(ScaleUpPinnedLine{knobs, int(options_.scale_up_headroom * 100),
                                             oom ? std::nullopt : std::optional(m.peak_allocated)}));
         return false;
@@ -300,7 +298,7 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
     taken_.erase(std::next(change).base());
     if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
     plan_changed();
-    log().warn("{}", to_line(ScaleUpKeptLine{knobs, rule, m.peak_allocated, m.total}));
+    guard_log().warn("{}", to_line(ScaleUpKeptLine{knobs, rule, m.peak_allocated, m.total}));
     return true;
 }
 
@@ -364,7 +362,7 @@ void Guard::record_stable(std::int64_t step) {
         if (!line.empty() && line[0] != '#') out << "  " << line << "\n";
     }
     write_file_atomic(options_.stable_file, out.str());
-    log().info("{}", to_line(StableLine{steps_on_plan_, describe(plan_)}));
+    guard_log().info("{}", to_line(StableLine{steps_on_plan_, describe(plan_)}));
 }
 
 }  // namespace loom::guard

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "loom/core/byte_size.h"
-#include "loom/core/logging.h"
 #include "loom/guard/guard.h"
 #include "loom/guard/log_wording.h"
 #include "loom/guard/plan_reuse.h"
@@ -17,11 +16,6 @@
 namespace loom::guard {
 
 namespace {
-
-const Logger& log() {
-    static const Logger l = logger("guard");
-    return l;
-}
 
 // "12.3 ms", "1.24 s".
 std::string format_seconds(double seconds) {

@@ -11,15 +11,11 @@
 #include "loom/device/host_memory.h"
 #include "loom/model/adaptable_layers.h"
 #include "loom/model/tensor_file.h"
+#include "train_log.h"
 
 namespace loom {
 
 namespace {
-
-const Logger& log() {
-    static const Logger l = logger("low_vram");
-    return l;
-}
 
 // Every parameter and buffer of `module` to the device (device-resident on sim) or the host,
 // except the weights that stream from the host (a tensor keeps its TensorImpl through set_data).
@@ -198,7 +194,7 @@ void LowVramMode::reduce_base(bool denoiser_on_device) {
     for (std::size_t i = quantized_before; i < quantized_.size(); ++i) {
         bytes += quantized_[i].source->bytes();
     }
-    log().info(
+    low_vram_log().info(
         "frozen base: {} Linear/Conv2d weights quantized ({} for {}{}, {:.1f} MiB), {} tensors "
         "in bf16; LoRA and optimizer stay float32",
         quantized_.size() - quantized_before, to_string(options_.base_qtype), model_.arch(),
@@ -220,9 +216,9 @@ std::map<std::string, at::Tensor> LowVramMode::read_quantized_cache() const {
     try {
         HostAllocations host;
         for (auto& [name, t] : read_all_tensors(options_.quantized_cache)) cached[name] = t;
-        log().info("quantized weights read from {}", options_.quantized_cache.string());
+        low_vram_log().info("quantized weights read from {}", options_.quantized_cache.string());
     } catch (const Error& e) {
-        log().warn("{}; quantizing again", e.what());
+        low_vram_log().warn("{}; quantizing again", e.what());
         cached.clear();
     }
     return cached;
@@ -234,10 +230,10 @@ void LowVramMode::write_quantized_cache(
     try {
         std::filesystem::create_directories(options_.quantized_cache.parent_path());
         write_tensors(options_.quantized_cache, kept);
-        log().info("quantized weights kept in {}", options_.quantized_cache.string());
+        low_vram_log().info("quantized weights kept in {}", options_.quantized_cache.string());
     } catch (const Error& e) {
         // Only the next restart's time is at stake: training goes on.
-        log().warn("quantized weights not kept: {}", e.what());
+        low_vram_log().warn("quantized weights not kept: {}", e.what());
     }
 }
 
@@ -323,7 +319,7 @@ void LowVramMode::stream_blocks() {
             streamed_.insert(l.bias->unsafeGetTensorImpl());
         }
     }
-    log().info(
+    low_vram_log().info(
         "{} {} block layers stream their weights from the host{}", layers.size(), model_.arch(),
         prefetch_ ? format(" ({} layers copied ahead of use)", PrefetchingWeightSource::kDepth)
                   : std::string());
@@ -357,8 +353,8 @@ void LowVramMode::unstream_blocks() {
             parts_of(*m).set_source(nullptr);
         }
     }
-    log().info("{} {} block layers hold their weights on the device again", streamed_layers_.size(),
-               model_.arch());
+    low_vram_log().info("{} {} block layers hold their weights on the device again",
+                        streamed_layers_.size(), model_.arch());
     streamed_layers_.clear();
     streamed_.clear();
     prefetch_.reset();
@@ -378,7 +374,7 @@ void LowVramMode::place_model(int level) {
         // Still host-resident: converted where it lies, and every copy placement makes keeps it.
         HostAllocations host;
         model_.set_channels_last(true);
-        log().info("{} convolutions in channels-last memory format", model_.arch());
+        low_vram_log().info("{} convolutions in channels-last memory format", model_.arch());
     }
     if (level >= 2) reduce_base(false);  // still host-resident: the device never sees float32
     // Streamed block weights never visit the device: loading must fit where training does, or
@@ -410,7 +406,7 @@ void LowVramMode::restore_originals() {
         // One tensor at a time: the float32 copy arrives, then the bf16 one is released.
         o.param.set_data(o.on_device ? device_.to_device(o.full) : o.full);
     }
-    log().info("frozen base weights back in float32 ({} tensors)", originals_.size());
+    low_vram_log().info("frozen base weights back in float32 ({} tensors)", originals_.size());
     originals_.clear();
 }
 

@@ -10,6 +10,7 @@
 #include "loom/model/model_fingerprint.h"
 #include "loom/model/model_location.h"
 #include "loom/train/run_folder.h"
+#include "train_log.h"
 
 namespace loom {
 
@@ -17,20 +18,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const Logger& log() {
-    static const Logger l = logger("train");
-    return l;
-}
-
 // oom.reuse_stable: auto — when the store saw a comparable plan fail for this key, start from
 // its stable plan (only ever lighter than the job's), knob by knob in the log.
 std::optional<guard::Reuse> reuse_from_store(const guard::Plan& job_plan, guard::PlanStore& store,
                                              const guard::PlanKey& key, guard::EventLog& events) {
     std::optional<guard::Reuse> reuse = guard::reuse_stable_plan(job_plan, store.known_plans(key));
     if (!reuse) return std::nullopt;
-    log().warn("{}:", reuse->reason);
+    train_log().warn("{}:", reuse->reason);
     for (const guard::KnobChange& c : reuse->changes) {
-        log().warn("  {}: {} -> {}", c.knob, c.from, c.to);
+        train_log().warn("  {}: {} -> {}", c.knob, c.from, c.to);
     }
     events.record("reuse", {{"stable_id", reuse->stable_id},
                             {"reason", reuse->reason},
@@ -44,7 +40,7 @@ guard::Plan persisted_plan(const RunFolder& run, const guard::Plan& job_plan) {
     // A persisted plan only ever makes the job lighter; what the job asks for now still counts
     // where it is the lighter choice, and the batch semantics are the job's.
     if (p.effective_batch() != job_plan.effective_batch()) {
-        log().warn(
+        train_log().warn(
             "{} was written for an effective batch of {}, the job now asks for {}; "
             "using the job's batch {} x {}",
             run.plan_yaml().string(), p.effective_batch(), job_plan.effective_batch(),
@@ -54,10 +50,10 @@ guard::Plan persisted_plan(const RunFolder& run, const guard::Plan& job_plan) {
     }
     p.gradient_checkpointing = p.gradient_checkpointing || job_plan.gradient_checkpointing;
     p.sample.enabled = p.sample.enabled && job_plan.sample.enabled;
-    log().info("starting from the persisted plan {}: {}", run.plan_yaml().string(),
-               guard::describe(p));
+    train_log().info("starting from the persisted plan {}: {}", run.plan_yaml().string(),
+                     guard::describe(p));
     for (const guard::KnobChange& c : guard::diff(job_plan, p)) {
-        log().info("  {}: the job says {}, the plan says {}", c.knob, c.from, c.to);
+        train_log().info("  {}: the job says {}, the plan says {}", c.knob, c.from, c.to);
     }
     return p;
 }
@@ -70,7 +66,7 @@ std::optional<guard::PlanKey> plan_key(const config::ProcessConfig& process, con
     try {
         key.model_fingerprint = model_fingerprint(locate_model(process.model.name_or_path));
     } catch (const Error& e) {
-        log().debug("no stable-store key: {}", e.what());
+        train_log().debug("no stable-store key: {}", e.what());
         return std::nullopt;
     }
     key.device_name = device.hardware_name();

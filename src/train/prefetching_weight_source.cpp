@@ -5,15 +5,11 @@
 #include <algorithm>
 
 #include "loom/core/logging.h"
+#include "train_log.h"
 
 namespace loom {
 
 namespace {
-
-const Logger& log() {
-    static const Logger l = logger("low_vram");
-    return l;
-}
 
 const void* data_of(const at::Tensor& t) {
     return t.defined() ? t.data_ptr() : nullptr;
@@ -76,7 +72,7 @@ void PrefetchingWeightSource::top_up() {
         } catch (const c10::OutOfMemoryError&) {
             // No room for copies ahead: fetch directly for a period, then try again.
             if (stats_.no_room++ == 0) {
-                log().warn(
+                low_vram_log().warn(
                     "stream prefetch: no device memory for the copies ahead; fetching layers on "
                     "demand for now (this costs speed, not correctness)");
             }

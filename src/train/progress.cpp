@@ -9,15 +9,11 @@
 #include "loom/core/byte_size.h"
 #include "loom/core/format.h"
 #include "loom/core/logging.h"
+#include "train_log.h"
 
 namespace loom {
 
 namespace {
-
-const Logger& log() {
-    static const Logger l = logger("train");
-    return l;
-}
 
 double steady_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -79,7 +75,7 @@ void Progress::step_done(const StepReport& r) {
         std::fprintf(stderr, "\r%s   ", line.c_str());
         if (r.step == total_steps_) std::fprintf(stderr, "\n");
     } else if (r.step % log_every_ == 0 || r.step == total_steps_ || reported_ == 1) {
-        log().info("{}", line);
+        train_log().info("{}", line);
     }
 }
 

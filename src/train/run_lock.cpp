@@ -16,6 +16,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
+#include "train_log.h"
 
 namespace loom {
 
@@ -26,11 +27,6 @@ namespace {
 constexpr const char* kLockFile = "loom.lock";
 constexpr const char* kSharedLocksVariable = "LOOM_RUN_LOCKS";
 constexpr auto kPollInterval = std::chrono::milliseconds(200);
-
-const Logger& log() {
-    static const Logger l = logger("train");
-    return l;
-}
 
 std::string host_name() {
     char buf[256] = {};
@@ -80,8 +76,8 @@ void write_owner(int fd, const fs::path& file) {
     if (::ftruncate(fd, 0) != 0 ||
         ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
         // The lock itself holds; only the message a second trainer prints loses its facts.
-        log().warn("{}: cannot record this trainer as the owner: {}", file.string(),
-                   std::strerror(errno));
+        train_log().warn("{}: cannot record this trainer as the owner: {}", file.string(),
+                         std::strerror(errno));
     }
 }
 
@@ -168,7 +164,7 @@ RunLock RunLock::acquire(const fs::path& root, RunLockOptions options) {
         }
         if (errno == EINTR) continue;
         if (errno != EWOULDBLOCK) {
-            log().warn(
+            train_log().warn(
                 "{}: this filesystem does not support flock ({}); falling back to a PID file, "
                 "which cannot see a trainer on another host that shares the folder",
                 lock.file_.string(), std::strerror(errno));
@@ -178,8 +174,8 @@ RunLock RunLock::acquire(const fs::path& root, RunLockOptions options) {
         const std::optional<RunLockOwner> owner = read_owner(root);
         if (!options.wait) busy(root, owner);
         if (!announced) {
-            log().warn("waiting for run folder {}: in use by {}", root.string(),
-                       owner ? owner->describe() : std::string("another loom train"));
+            train_log().warn("waiting for run folder {}: in use by {}", root.string(),
+                             owner ? owner->describe() : std::string("another loom train"));
             announced = true;
         }
         wait_a_little(options, root, owner);
@@ -198,7 +194,8 @@ RunLock RunLock::acquire(const fs::path& root, RunLockOptions options) {
         }
         if (!options.wait) busy(root, owner);
         if (!announced) {
-            log().warn("waiting for run folder {}: in use by {}", root.string(), owner->describe());
+            train_log().warn("waiting for run folder {}: in use by {}", root.string(),
+                             owner->describe());
             announced = true;
         }
         wait_a_little(options, root, owner);

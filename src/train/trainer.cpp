@@ -41,17 +41,13 @@
 #include "loom/train/training_data.h"
 #include "loom/train/training_encoders.h"
 #include "loom/train/training_step.h"
+#include "train_log.h"
 
 namespace loom {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-const Logger& log() {
-    static const Logger l = logger("train");
-    return l;
-}
 
 // The run: loads the model, the data and the LoRA into the guard's phases, then steps, saves and
 // samples. Each part is a component of its own (training_data, lora_training, training_step,
@@ -165,12 +161,12 @@ void Trainer::start_guard() {
     std::optional<std::uint64_t> vram = overrides_.vram;
     if (!vram && process_.oom.vram_limit) vram = process_.oom.vram_limit->bytes;
     device_ = open_device(spec, vram);
-    log().info("device: {}", device_->description());
+    train_log().info("device: {}", device_->description());
     if (overrides_.group != nullptr) {
-        log().info("the ranks sum their gradients {}",
-                   overrides_.group->device_collectives(device_->torch_device())
-                       ? "on the device (NCCL)"
-                       : "through host memory (Gloo)");
+        train_log().info("the ranks sum their gradients {}",
+                         overrides_.group->device_collectives(device_->torch_device())
+                             ? "on the device (NCCL)"
+                             : "through host memory (Gloo)");
     }
     if (overrides_.plan_store != nullptr) key_ = plan_key(process_, *device_);
     // A data-parallel run's plans are its ranks' together: kept apart from one GPU's.
@@ -189,7 +185,8 @@ void Trainer::start_guard() {
     options.agreement = agreement_.get();
     options.ranks = ranks();
     if (agreement_ && process_.oom.scale_up) {
-        log().info("oom.scale_up is off with several ranks: its headroom would be one rank's");
+        train_log().info(
+            "oom.scale_up is off with several ranks: its headroom would be one rank's");
     }
     // Rank 0 chooses the plan (plan.yaml, the store's stable plan) and every rank starts on it.
     StartingPlan start;
@@ -233,7 +230,7 @@ void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
         at::set_num_threads(to.host.threads);
     }
     if (from.sample.enabled && !to.sample.enabled) {
-        log().warn(
+        train_log().warn(
             "preview sampling is OFF for the rest of this run: even the smallest preview "
             "did not fit next to training (re-enable it with a smaller sample size once "
             "the run is stable)");
@@ -308,8 +305,9 @@ void Trainer::load() {
     low_vram_ = std::move(placement);
     model_->set_gradient_checkpointing(plan().gradient_checkpointing);
     const MemoryStats loaded = device_->stats();
-    log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",
-               process_.model.name_or_path, model_->arch(), loaded.to_string(), loaded.allocated);
+    train_log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",
+                     process_.model.name_or_path, model_->arch(), loaded.to_string(),
+                     loaded.allocated);
     lora_ = std::make_unique<LoRATraining>(process_, model_->denoiser(), model_->denoiser_kind(),
                                            *device_, seed());
 }
@@ -325,11 +323,11 @@ void Trainer::prepare_data() {
     if (process_.perf.cuda_graphs) {
         graphs_ = make_step_graphs(*device_);
         if (graphs_->captures()) {
-            log().info(
+            train_log().info(
                 "perf.cuda_graphs: each micro-batch shape is captured as a CUDA graph on its "
                 "second use and replayed after");
         } else {
-            log().info(
+            train_log().info(
                 "perf.cuda_graphs: {} has nothing to capture; micro-batches run on the same "
                 "static buffers, eagerly",
                 device_->spec().to_string());
@@ -350,7 +348,7 @@ void Trainer::maybe_resume() {
     std::optional<CheckpointState> s;
     if (leader()) {
         s = load_newest_checkpoint(run_, [&](std::int64_t step, const std::string& error) {
-            log().warn(
+            train_log().warn(
                 "the checkpoint at step {} cannot be loaded ({}); resuming from the one "
                 "before it",
                 step, error);
@@ -370,7 +368,7 @@ void Trainer::maybe_resume() {
     data_->order().restore(data::cursor_from_json(s->data_cursor));
     step_ = s->step;
     resumed_ = true;
-    log().info("resuming {} from the checkpoint at step {}", run_.root().string(), step_);
+    train_log().info("resuming {} from the checkpoint at step {}", run_.root().string(), step_);
 }
 
 // The rule for a checkpoint saved by another number of ranks (docs/MULTI_GPU.md): its global
@@ -390,7 +388,7 @@ void Trainer::resume_ranks(const CheckpointState& s) {
                 s.step, run_.state_dir().string(), s.world_size, saved_batch, ranks(),
                 saved_batch));
         }
-        log().info(
+        train_log().info(
             "the checkpoint at step {} was saved by {} rank(s); {} rank(s) go on with its "
             "global batch of {} items ({} each), so the run continues as it would have",
             s.step, s.world_size, ranks(), saved_batch, saved_batch / ranks());
@@ -452,12 +450,12 @@ void Trainer::save(std::int64_t step, bool final) {
         run_.prune(static_cast<std::size_t>(process_.save.max_step_saves_to_keep));
     }
     events_->record("save", {{"step", step}, {"file", file.string()}, {"final", final}});
-    log().info("saved {}", file.string());
+    train_log().info("saved {}", file.string());
     if (!final && overrides_.after_checkpoint) {
         try {
             overrides_.after_checkpoint(run_.root());
         } catch (const std::exception& e) {
-            log().warn("after the checkpoint at step {}: {}", step, e.what());
+            train_log().warn("after the checkpoint at step {}: {}", step, e.what());
         }
     }
 }
@@ -470,7 +468,7 @@ void Trainer::sample(std::int64_t step) {
         render_previews(preview_model(), std::move(requests), plan().sample, process_);
     write_previews(run_, step, images, process_.sample.fps);
     guard_->sample_ran();
-    log().info("wrote {} samples at step {}", images.size(), step);
+    train_log().info("wrote {} samples at step {}", images.size(), step);
 }
 
 // The training loop: a step, its metrics, saves and samples, until the job's steps are done or
@@ -512,8 +510,8 @@ void Trainer::train_steps(TrainSummary& summary, RunRecord* record) {
             guard_->run(Phase::kSave, step_, [&] { save(step_, false); });
         }
         if (stop && step_ < tc.steps) {
-            log().warn("stopped at step {} on request; checkpoint saved, rerun the job to resume",
-                       step_);
+            train_log().warn(
+                "stopped at step {} on request; checkpoint saved, rerun the job to resume", step_);
             events_->record("interrupted", {{"step", step_}});
             summary.interrupted = true;
             if (record) record->end(RunStatus::kInterrupted);
@@ -549,15 +547,16 @@ TrainSummary Trainer::run() {
     if (overrides_.fresh &&
         leader()) {  // the old checkpoints are moved aside: no rerun resumes them
         if (const auto aside = run_.set_aside_checkpoints()) {
-            log().info("--fresh: the previous checkpoints moved to {}", aside->string());
+            train_log().info("--fresh: the previous checkpoints moved to {}", aside->string());
         }
     }
     if (leader()) write_file_atomic(run_.config_yaml(), config::emit_job_yaml(job_));
-    log().info("loom {} — run folder {}", kVersion, run_.root().string());
+    train_log().info("loom {} — run folder {}", kVersion, run_.root().string());
     if (overrides_.group != nullptr) {
-        log().info("rank {} of {}: a global batch of {} x {} items, rank 0 writes the run folder",
-                   overrides_.group->rank(), ranks(), ranks(),
-                   process_.datasets.front().batch_size.value_or(process_.train.batch_size));
+        train_log().info(
+            "rank {} of {}: a global batch of {} x {} items, rank 0 writes the run folder",
+            overrides_.group->rank(), ranks(), ranks(),
+            process_.datasets.front().batch_size.value_or(process_.train.batch_size));
     }
     events_ = std::make_unique<guard::EventLog>(leader() ? run_.events_jsonl() : fs::path{});
     start_guard();
@@ -605,7 +604,7 @@ TrainSummary Trainer::run() {
     guard_->run(Phase::kSample, step_, [&] { sample(step_); });
     guard_->finish(step_);
     if (const auto p = low_vram_->prefetch_stats()) {
-        log().info(
+        train_log().info(
             "stream prefetch: {} fetches from copies made ahead, {} on demand, {} copies "
             "unused, {} orders learned",
             p->hits, p->direct, p->wasted, p->periods);
@@ -613,15 +612,15 @@ TrainSummary Trainer::run() {
     finish(summary);
     summary.final_lora = run_.final_lora();
     if (record) record->end(RunStatus::kCompleted);
-    log().info("done: {} (LoRA {}, samples {}, events {}, plan {}{})", run_.root().string(),
-               run_.final_lora().string(), run_.samples_dir().string(),
-               run_.events_jsonl().string(), run_.plan_yaml().string(),
-               fs::exists(run_.stable_yaml()) ? ", stable plan " + run_.stable_yaml().string()
-                                              : std::string());
+    train_log().info("done: {} (LoRA {}, samples {}, events {}, plan {}{})", run_.root().string(),
+                     run_.final_lora().string(), run_.samples_dir().string(),
+                     run_.events_jsonl().string(), run_.plan_yaml().string(),
+                     fs::exists(run_.stable_yaml()) ? ", stable plan " + run_.stable_yaml().string()
+                                                    : std::string());
     if (guard_->oom_count() > 0) {
-        log().info("{}",
-                   guard::to_line(guard::RecoveredLine{guard_->oom_count(), guard_->change_count(),
-                                                       0, guard::describe(plan())}));
+        train_log().info(
+            "{}", guard::to_line(guard::RecoveredLine{guard_->oom_count(), guard_->change_count(),
+                                                      0, guard::describe(plan())}));
     }
     return summary;
 }

@@ -5,17 +5,9 @@
 #include <set>
 
 #include "loom/core/logging.h"
+#include "train_log.h"
 
 namespace loom {
-
-namespace {
-
-const Logger& log() {
-    static const Logger l = logger("train");
-    return l;
-}
-
-}  // namespace
 
 TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts model,
                            const guard::Plan& plan, std::filesystem::path run_root,
@@ -51,8 +43,8 @@ TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts mode
     const int batch = process.datasets.front().batch_size.value_or(process.train.batch_size);
     for (const auto& dc : process.datasets) {
         if (dc.batch_size.value_or(process.train.batch_size) != batch) {
-            log().warn("datasets ask for different batch sizes; loom uses {} for all of them",
-                       batch);
+            train_log().warn("datasets ask for different batch sizes; loom uses {} for all of them",
+                             batch);
             break;
         }
     }
@@ -130,7 +122,7 @@ void TrainingData::apply_plan(const guard::Plan& from, const guard::Plan& to) {
         latent_cache_->clear_memory();
         text_cache_->clear_memory();
         build_caches(to);
-        log().warn("latents and text embeddings are now cached on disk instead of RAM");
+        train_log().warn("latents and text embeddings are now cached on disk instead of RAM");
     }
     if (from.low_vram == 0 && to.low_vram > 0) text_cache_ = make_text_cache(to);
 }
@@ -156,7 +148,7 @@ guard::BucketFacts TrainingData::bucket_facts() const {
 
 void TrainingData::log_buckets() const {
     for (const data::Bucket& b : order_->plan().buckets) {
-        log().info("bucket {}: {} items", b.size.key(), b.items.size());
+        train_log().info("bucket {}: {} items", b.size.key(), b.items.size());
     }
 }
 
@@ -176,7 +168,7 @@ at::Tensor TrainingData::latent(std::size_t index, data::BucketSize bucket,
 void TrainingData::cache_all_latents(const LatentEncode& encode) {
     const data::BucketPlan& plan = order_->plan();
     for (std::size_t i = 0; i < items_.size(); ++i) latent(i, plan.item_bucket.at(i), encode);
-    log().info("cached {} latents", items_.size());
+    train_log().info("cached {} latents", items_.size());
 }
 
 void TrainingData::cache_all_text(const data::TextEmbeddingCache::Encode& encode) {
@@ -192,7 +184,7 @@ void TrainingData::cache_all_text(const data::TextEmbeddingCache::Encode& encode
         captions.insert(data::process_caption(it.image->caption, o, unused));
     }
     for (const std::string& c : captions) text_cache_->get(c, encode);
-    log().info("cached {} text embeddings", captions.size());
+    train_log().info("cached {} text embeddings", captions.size());
 }
 
 NamedTensors TrainingData::conditioning(const std::string& caption,

@@ -25,6 +25,11 @@ inline const char* kMinimalJob =
     "      model:\n"                        // 10
     "        name_or_path: models/tiny\n";  // 11
 
+// kMinimalJob with `extra` appended (keys continue at line 12).
+inline std::string minimal_job_with(const std::string& extra) {
+    return std::string(kMinimalJob) + extra;
+}
+
 // Loads `text` as "job.yaml" with an empty environment unless `env` says otherwise.
 inline LoadedJob load(const std::string& text, LoadOptions options = {},
                       std::map<std::string, std::string> env = {}) {

@@ -13,16 +13,13 @@ namespace {
 
 using testing::error_of;
 using testing::kMinimalJob;
+using testing::minimal_job_with;
 
 struct ErrorCase {
     const char* name;
     std::string text;
     std::string expected;
 };
-
-std::string with(const std::string& extra) {
-    return std::string(kMinimalJob) + extra;
-}
 
 std::string replace(std::string text, const std::string& from, const std::string& to) {
     const std::size_t pos = text.find(from);
@@ -34,11 +31,11 @@ std::string replace(std::string text, const std::string& from, const std::string
 std::vector<ErrorCase> error_cases() {
     return {
         // ---- ranges --------------------------------------------------------------------------
-        {"batch_size_zero", with("      train:\n        batch_size: 0\n"),
+        {"batch_size_zero", minimal_job_with("      train:\n        batch_size: 0\n"),
          "job.yaml:13:21: config.process.0.train.batch_size must be >= 1, got 0"},
-        {"steps_negative", with("      train:\n        steps: -5\n"),
+        {"steps_negative", minimal_job_with("      train:\n        steps: -5\n"),
          "job.yaml:13:16: config.process.0.train.steps must be >= 1, got -5"},
-        {"lr_zero", with("      train:\n        lr: 0\n"),
+        {"lr_zero", minimal_job_with("      train:\n        lr: 0\n"),
          "job.yaml:13:13: config.process.0.train.lr must be > 0, got 0"},
         {"caption_dropout_above_one",
          replace(kMinimalJob, "- folder_path: data\n",
@@ -48,38 +45,40 @@ std::vector<ErrorCase> error_cases() {
          replace(kMinimalJob, "- folder_path: data\n",
                  "- folder_path: data\n          resolution: [512, 32]\n"),
          "job.yaml:10:29: config.process.0.datasets.0.resolution.1 must be >= 64, got 32"},
-        {"sample_width_not_multiple_of_8", with("      sample:\n        width: 500\n"),
+        {"sample_width_not_multiple_of_8", minimal_job_with("      sample:\n        width: 500\n"),
          "job.yaml:13:16: config.process.0.sample.width must be a multiple of 8, got 500"},
-        {"ema_decay_one", with("      train:\n        ema_config:\n          ema_decay: 1\n"),
+        {"ema_decay_one",
+         minimal_job_with("      train:\n        ema_config:\n          ema_decay: 1\n"),
          "job.yaml:14:22: config.process.0.train.ema_config.ema_decay must be < 1, got 1"},
-        {"dropout_negative", with("      network:\n        dropout: -0.1\n"),
+        {"dropout_negative", minimal_job_with("      network:\n        dropout: -0.1\n"),
          "job.yaml:13:18: config.process.0.network.dropout must be >= 0, got -0.1"},
-        {"rank_zero", with("      network:\n        rank: 0\n"),
+        {"rank_zero", minimal_job_with("      network:\n        rank: 0\n"),
          "job.yaml:13:15: config.process.0.network.linear must be >= 1, got 0"},
-        {"stable_after_zero", with("      oom:\n        stable_after: 0\n"),
+        {"stable_after_zero", minimal_job_with("      oom:\n        stable_after: 0\n"),
          "job.yaml:13:23: config.process.0.oom.stable_after must be >= 1, got 0"},
-        {"int_out_of_range", with("      train:\n        steps: 99999999999\n"),
+        {"int_out_of_range", minimal_job_with("      train:\n        steps: 99999999999\n"),
          "job.yaml:13:16: config.process.0.train.steps is out of range, got 99999999999"},
 
         // ---- wrong types ---------------------------------------------------------------------
-        {"int_given_text", with("      train:\n        steps: many\n"),
+        {"int_given_text", minimal_job_with("      train:\n        steps: many\n"),
          "job.yaml:13:16: config.process.0.train.steps must be a whole number, got 'many'"},
-        {"int_given_fraction", with("      train:\n        batch_size: 2.5\n"),
+        {"int_given_fraction", minimal_job_with("      train:\n        batch_size: 2.5\n"),
          "job.yaml:13:21: config.process.0.train.batch_size must be a whole number, got '2.5' "
          "(a fraction or exponent is not allowed here)"},
-        {"float_given_text", with("      train:\n        lr: fast\n"),
+        {"float_given_text", minimal_job_with("      train:\n        lr: fast\n"),
          "job.yaml:13:13: config.process.0.train.lr must be a number, got 'fast'"},
-        {"float_given_nan", with("      train:\n        lr: .nan\n"),
+        {"float_given_nan", minimal_job_with("      train:\n        lr: .nan\n"),
          "job.yaml:13:13: config.process.0.train.lr must be a number, got '.nan'"},
-        {"bool_given_text", with("      train:\n        gradient_checkpointing: sometimes\n"),
+        {"bool_given_text",
+         minimal_job_with("      train:\n        gradient_checkpointing: sometimes\n"),
          "job.yaml:13:33: config.process.0.train.gradient_checkpointing must be true or false, "
          "got 'sometimes'"},
-        {"bool_given_list", with("      train:\n        disable_sampling: [true]\n"),
+        {"bool_given_list", minimal_job_with("      train:\n        disable_sampling: [true]\n"),
          "job.yaml:13:27: config.process.0.train.disable_sampling must be true or false, got a "
          "list"},
-        {"string_given_map", with("      trigger_word: {a: 1}\n"),
+        {"string_given_map", minimal_job_with("      trigger_word: {a: 1}\n"),
          "job.yaml:12:21: config.process.0.trigger_word must be text, got a mapping"},
-        {"section_given_scalar", with("      train: 5\n"),
+        {"section_given_scalar", minimal_job_with("      train: 5\n"),
          "job.yaml:12:14: config.process.0.train must be a mapping of keys, got '5'"},
         {"list_given_map",
          replace(kMinimalJob, "      datasets:\n        - folder_path: data\n",
@@ -87,22 +86,23 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:9:9: config.process.0.datasets must be a list, got a mapping"},
         {"process_not_list", "job: extension\nconfig:\n  name: t\n  process: sd_trainer\n",
          "job.yaml:4:12: config.process must be a list, got 'sd_trainer'"},
-        {"size_invalid", with("      oom:\n        vram_limit: 8 gigs\n"),
+        {"size_invalid", minimal_job_with("      oom:\n        vram_limit: 8 gigs\n"),
          "job.yaml:13:21: config.process.0.oom.vram_limit: invalid size '8 gigs': unknown unit "
          "'gigs' (write a number with an optional unit: 100000000, 96MiB, 8GiB, 1.5GB)"},
-        {"enum_invalid", with("      train:\n        optimizer: sgdd\n"),
+        {"enum_invalid", minimal_job_with("      train:\n        optimizer: sgdd\n"),
          "job.yaml:13:20: config.process.0.train.optimizer must be one of adamw, adam, adamw8bit, "
          "prodigy, prodigyopt, got 'sgdd'"},
         {"module_set_invalid",
-         with("      network:\n        network_kwargs:\n          module_set: kohya-ss\n"),
+         minimal_job_with(
+             "      network:\n        network_kwargs:\n          module_set: kohya-ss\n"),
          "job.yaml:14:23: config.process.0.network.network_kwargs.module_set must be one of "
          "ai-toolkit, kohya, got 'kohya-ss'"},
-        {"enum_did_you_mean", with("      train:\n        lr_scheduler: cosin\n"),
+        {"enum_did_you_mean", minimal_job_with("      train:\n        lr_scheduler: cosin\n"),
          "job.yaml:13:23: config.process.0.train.lr_scheduler must be one of constant, "
          "constant_with_warmup, cosine, linear, got 'cosin' (did you mean 'cosine'?)"},
         {"device_invalid", replace(kMinimalJob, "device: sim", "device: gpu0"),
          "job.yaml:7:15: config.process.0.device must be cpu, sim, cuda or cuda:N, got 'gpu0'"},
-        {"arch_unknown", with("        arch: sd15\n"),
+        {"arch_unknown", minimal_job_with("        arch: sd15\n"),
          "job.yaml:12:15: config.process.0.model.arch 'sd15' is not an ai-toolkit architecture "
          "(loom trains sd1, sdxl, flux, wan21)"},
 
@@ -133,7 +133,7 @@ std::vector<ErrorCase> error_cases() {
         // ---- YAML syntax and file content ----------------------------------------------------
         {"bad_indentation", "job: extension\nconfig:\n  name: t\n   process: x\n",
          "job.yaml:4:11: YAML syntax error: illegal map value"},
-        {"unclosed_flow_list", with("      train:\n        betas: [0.9, 0.99\n"),
+        {"unclosed_flow_list", minimal_job_with("      train:\n        betas: [0.9, 0.99\n"),
          "job.yaml:14:1: YAML syntax error: end of sequence flow not found"},
         {"tab_indentation", "job: extension\nconfig:\n\tname: t\n",
          "job.yaml:3:6: YAML syntax error: illegal map value"},
@@ -159,27 +159,30 @@ std::vector<ErrorCase> error_cases() {
          "this the right file?"},
 
         // ---- duplicates and conflicts --------------------------------------------------------
-        {"duplicate_key", with("      train:\n        lr: 1e-4\n        lr: 2e-4\n"),
+        {"duplicate_key", minimal_job_with("      train:\n        lr: 1e-4\n        lr: 2e-4\n"),
          "job.yaml:14:9: duplicate key config.process.0.train.lr (first set on line 13); "
          "ai-toolkit would silently keep the last one, keep one"},
         {"duplicate_top_level", std::string(kMinimalJob) + "job: extension\n",
          "job.yaml:12:1: duplicate key job (first set on line 1); ai-toolkit would silently keep "
          "the last one, keep one"},
-        {"duplicate_meta_key", with("meta:\n  version: 1\n  version: 2\n"),
+        {"duplicate_meta_key", minimal_job_with("meta:\n  version: 1\n  version: 2\n"),
          "job.yaml:14:3: duplicate key meta.version; keep one"},
-        {"rank_and_linear_differ", with("      network:\n        linear: 8\n        rank: 16\n"),
+        {"rank_and_linear_differ",
+         minimal_job_with("      network:\n        linear: 8\n        rank: 16\n"),
          "job.yaml:14:9: config.process.0.network.rank and config.process.0.network.linear are "
          "the same setting with different values (16 and 8); keep one"},
         {"accumulation_conflict",
-         with("      train:\n        gradient_accumulation: 2\n        "
-              "gradient_accumulation_steps: 2\n"),
+         minimal_job_with("      train:\n        gradient_accumulation: 2\n        "
+                          "gradient_accumulation_steps: 2\n"),
          "job.yaml:14:38: config.process.0.train.gradient_accumulation and "
          "gradient_accumulation_steps cannot both be above 1 (as in ai-toolkit); use "
          "gradient_accumulation"},
-        {"denoising_max_above_1000", with("      train:\n        max_denoising_steps: 1001\n"),
+        {"denoising_max_above_1000",
+         minimal_job_with("      train:\n        max_denoising_steps: 1001\n"),
          "job.yaml:13:30: config.process.0.train.max_denoising_steps must be <= 1000, got 1001"},
         {"denoising_range_inverted",
-         with("      train:\n        min_denoising_steps: 800\n        max_denoising_steps: 200\n"),
+         minimal_job_with(
+             "      train:\n        min_denoising_steps: 800\n        max_denoising_steps: 200\n"),
          "job.yaml:13:30: config.process.0.train.min_denoising_steps (800) must be <= "
          "max_denoising_steps (200)"},
 
@@ -188,7 +191,7 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:11:23: config.process.0.model.name_or_path uses ${MODELS}, but the "
          "environment variable MODELS is not set; export it or use --set "
          "config.process.0.model.name_or_path=VALUE"},
-        {"env_substituted_value_invalid", with("      train:\n        lr: ${LR}\n"),
+        {"env_substituted_value_invalid", minimal_job_with("      train:\n        lr: ${LR}\n"),
          "job.yaml:13:13: config.process.0.train.lr must be a number, got 'abc'"},
     };
 }
@@ -216,7 +219,7 @@ TEST(ConfigErrorCount, AtLeastFortyCases) {
 
 TEST(ConfigErrorType, CarriesWhereAndKeyPath) {
     try {
-        testing::load(with("      train:\n        batch_size: 0\n"));
+        testing::load(minimal_job_with("      train:\n        batch_size: 0\n"));
         FAIL() << "expected a ConfigError";
     } catch (const ConfigError& e) {
         EXPECT_EQ(e.where(), "job.yaml:13:21");

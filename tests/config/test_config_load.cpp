@@ -9,10 +9,7 @@ namespace {
 
 using testing::kMinimalJob;
 using testing::load;
-
-std::string with(const std::string& extra) {
-    return std::string(kMinimalJob) + extra;
-}
+using testing::minimal_job_with;
 
 TEST(ConfigDefaults, MatchAiToolkit) {
     const LoadedJob loaded = load(kMinimalJob);
@@ -60,9 +57,9 @@ TEST(ConfigDefaults, MatchAiToolkit) {
 }
 
 TEST(ConfigValues, PerfSwitchesParse) {
-    const LoadedJob loaded =
-        load(with("      perf:\n        fused_adamw: true\n        channels_last: true\n"
-                  "        stream_prefetch: true\n        cuda_graphs: true\n"));
+    const LoadedJob loaded = load(
+        minimal_job_with("      perf:\n        fused_adamw: true\n        channels_last: true\n"
+                         "        stream_prefetch: true\n        cuda_graphs: true\n"));
     EXPECT_TRUE(loaded.warnings.empty());
     const PerfConfig& perf = loaded.job.config.process[0].perf;
     EXPECT_TRUE(perf.fused_adamw);
@@ -72,7 +69,7 @@ TEST(ConfigValues, PerfSwitchesParse) {
 }
 
 TEST(ConfigValues, ExponentWithoutDotIsAFloat) {
-    const LoadedJob loaded = load(with("      train:\n        lr: 1e-4\n"));
+    const LoadedJob loaded = load(minimal_job_with("      train:\n        lr: 1e-4\n"));
     EXPECT_DOUBLE_EQ(loaded.job.config.process[0].train.lr, 1e-4);
 }
 
@@ -92,19 +89,20 @@ TEST(ConfigValues, ResolutionIntOrList) {
 }
 
 TEST(ConfigValues, RankIsAnAliasOfLinear) {
-    const LoadedJob loaded = load(with("      network:\n        rank: 16\n        alpha: 8\n"));
+    const LoadedJob loaded =
+        load(minimal_job_with("      network:\n        rank: 16\n        alpha: 8\n"));
     const NetworkConfig& n = loaded.job.config.process[0].network;
     EXPECT_EQ(n.linear, 16);
     EXPECT_DOUBLE_EQ(*n.linear_alpha, 8.0);
 }
 
 TEST(ConfigValues, ConvAlphaDefaultsToConv) {
-    const LoadedJob loaded = load(with("      network:\n        conv: 8\n"));
+    const LoadedJob loaded = load(minimal_job_with("      network:\n        conv: 8\n"));
     EXPECT_DOUBLE_EQ(*loaded.job.config.process[0].network.conv_alpha, 8.0);
 }
 
 TEST(ConfigValues, VramLimitParsesSizes) {
-    const LoadedJob loaded = load(with("      oom:\n        vram_limit: 1.5GB\n"));
+    const LoadedJob loaded = load(minimal_job_with("      oom:\n        vram_limit: 1.5GB\n"));
     EXPECT_EQ(loaded.job.config.process[0].oom.vram_limit->bytes, 1500000000u);
 }
 
@@ -115,18 +113,20 @@ TEST(ConfigValues, CaptionExtGetsADot) {
 }
 
 TEST(ConfigValues, DatasetInheritsProcessTriggerWord) {
-    const LoadedJob loaded = load(with("      trigger_word: p3r5on\n"));
+    const LoadedJob loaded = load(minimal_job_with("      trigger_word: p3r5on\n"));
     EXPECT_EQ(*loaded.job.config.process[0].datasets[0].trigger_word, "p3r5on");
 }
 
 TEST(ConfigValues, LegacyFlagsMapToArch) {
-    EXPECT_EQ(*load(with("        is_xl: true\n")).job.config.process[0].model.arch, "sdxl");
-    EXPECT_EQ(*load(with("        arch: 'sdxl:custom'\n")).job.config.process[0].model.arch,
+    EXPECT_EQ(*load(minimal_job_with("        is_xl: true\n")).job.config.process[0].model.arch,
               "sdxl");
+    EXPECT_EQ(
+        *load(minimal_job_with("        arch: 'sdxl:custom'\n")).job.config.process[0].model.arch,
+        "sdxl");
 }
 
 TEST(ConfigValues, ModelDtypeFollowsTrainDtype) {
-    const LoadedJob loaded = load(with("      train:\n        dtype: bf16\n"));
+    const LoadedJob loaded = load(minimal_job_with("      train:\n        dtype: bf16\n"));
     EXPECT_EQ(loaded.job.config.process[0].model.dtype, "bf16");
 }
 
@@ -150,8 +150,8 @@ TEST(ConfigValues, SeveralProcessesInOrder) {
 }
 
 TEST(ConfigSubstitution, NameIsReplacedEverywhere) {
-    const LoadedJob loaded = load(
-        with("      sample:\n        prompts: ['a [name] photo']\nmeta:\n  name: \"[name]\"\n"));
+    const LoadedJob loaded = load(minimal_job_with(
+        "      sample:\n        prompts: ['a [name] photo']\nmeta:\n  name: \"[name]\"\n"));
     EXPECT_EQ(loaded.job.config.process[0].sample.prompts.at(0), "a test photo");
     EXPECT_EQ(loaded.job.meta.at(0).second, "test");
 }
@@ -173,14 +173,14 @@ TEST(ConfigSubstitution, EnvironmentThenName) {
 }
 
 TEST(ConfigMeta, NonStringValuesBecomeJsonText) {
-    const LoadedJob loaded = load(with("meta:\n  tags: [a, b]\n  version: 1.0\n"));
+    const LoadedJob loaded = load(minimal_job_with("meta:\n  tags: [a, b]\n  version: 1.0\n"));
     EXPECT_EQ(loaded.job.meta.at(0),
               (std::pair<std::string, std::string>{"tags", "[\"a\",\"b\"]"}));
     EXPECT_EQ(loaded.job.meta.at(1), (std::pair<std::string, std::string>{"version", "1.0"}));
 }
 
 TEST(ConfigWarnings, UnknownKeyWithSuggestion) {
-    const LoadedJob loaded = load(with("      trian:\n        lr: 1e-4\n"));
+    const LoadedJob loaded = load(minimal_job_with("      trian:\n        lr: 1e-4\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kUnknownKey);
     EXPECT_EQ(loaded.warnings[0].to_string(),
@@ -189,7 +189,7 @@ TEST(ConfigWarnings, UnknownKeyWithSuggestion) {
 }
 
 TEST(ConfigWarnings, UnknownPerfKeyWithSuggestion) {
-    const LoadedJob loaded = load(with("      perf:\n        fused_adam: true\n"));
+    const LoadedJob loaded = load(minimal_job_with("      perf:\n        fused_adam: true\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].to_string(),
               "job.yaml:13:9: warning: unknown key config.process.0.perf.fused_adam (did you mean "
@@ -197,7 +197,7 @@ TEST(ConfigWarnings, UnknownPerfKeyWithSuggestion) {
 }
 
 TEST(ConfigWarnings, UnknownKeyWithoutSuggestion) {
-    const LoadedJob loaded = load(with("      completely_unrelated: 1\n"));
+    const LoadedJob loaded = load(minimal_job_with("      completely_unrelated: 1\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].to_string(),
               "job.yaml:12:7: warning: unknown key config.process.0.completely_unrelated; it is "
@@ -205,7 +205,7 @@ TEST(ConfigWarnings, UnknownKeyWithoutSuggestion) {
 }
 
 TEST(ConfigWarnings, NotSupportedYetKeyIsDistinct) {
-    const LoadedJob loaded = load(with("      train:\n        min_snr_gamma: 5\n"));
+    const LoadedJob loaded = load(minimal_job_with("      train:\n        min_snr_gamma: 5\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotSupportedYet);
     EXPECT_EQ(loaded.warnings[0].to_string(),
@@ -214,7 +214,7 @@ TEST(ConfigWarnings, NotSupportedYetKeyIsDistinct) {
 }
 
 TEST(ConfigWarnings, NotSupportedYetValue) {
-    const LoadedJob loaded = load(with("      train:\n        optimizer: lion8bit\n"));
+    const LoadedJob loaded = load(minimal_job_with("      train:\n        optimizer: lion8bit\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotSupportedYet);
     EXPECT_EQ(loaded.warnings[0].to_string(),
@@ -223,23 +223,25 @@ TEST(ConfigWarnings, NotSupportedYetValue) {
               "instead");
     // The optimizers loom implements load without a warning.
     for (const char* name : {"adamw8bit", "prodigy", "prodigyopt"}) {
-        EXPECT_TRUE(load(with(std::string("      train:\n        optimizer: ") + name + "\n"))
-                        .warnings.empty())
+        EXPECT_TRUE(
+            load(minimal_job_with(std::string("      train:\n        optimizer: ") + name + "\n"))
+                .warnings.empty())
             << name;
     }
 }
 
 TEST(ConfigWarnings, NonDefaultValueOfPartlySupportedKey) {
-    const LoadedJob loaded = load(with("      save:\n        push_to_hub: true\n"));
+    const LoadedJob loaded = load(minimal_job_with("      save:\n        push_to_hub: true\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].to_string(),
               "job.yaml:13:22: warning: config.process.0.save.push_to_hub: 'true' is not "
               "supported by loom yet; nothing is uploaded");
-    EXPECT_TRUE(load(with("      save:\n        push_to_hub: false\n")).warnings.empty());
+    EXPECT_TRUE(
+        load(minimal_job_with("      save:\n        push_to_hub: false\n")).warnings.empty());
 }
 
 TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
-    const LoadedJob loaded = load(with("        arch: qwen_image\n"));
+    const LoadedJob loaded = load(minimal_job_with("        arch: qwen_image\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotTrainable);
     EXPECT_EQ(loaded.warnings[0].to_string(),
@@ -250,20 +252,20 @@ TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
 
 TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {
     // ai-toolkit's Flux keys are implemented: no warning, the family's values.
-    const LoadedJob flux = load(with("        is_flux: true\n"));
+    const LoadedJob flux = load(minimal_job_with("        is_flux: true\n"));
     EXPECT_TRUE(flux.warnings.empty());
     const ProcessConfig& p = flux.job.config.process.at(0);
     EXPECT_EQ(p.train.noise_scheduler, "flowmatch");
     EXPECT_EQ(p.choices.lora_layout, LoRAKeyLayout::kPeft);
     // A timestep type loom does not draw is warned and replaced.
-    const LoadedJob weighted =
-        load(with("        is_flux: true\n") + "      train:\n        timestep_type: weighted\n");
+    const LoadedJob weighted = load(minimal_job_with("        is_flux: true\n") +
+                                    "      train:\n        timestep_type: weighted\n");
     ASSERT_EQ(weighted.warnings.size(), 1u);
     EXPECT_EQ(weighted.warnings[0].key_path, "config.process.0.train.timestep_type");
     EXPECT_EQ(weighted.job.config.process.at(0).train.timestep_type, "sigmoid");
     // The kohya layout has no Flux names: one clear error.
     try {
-        load(with("        is_flux: true\n") + "      save:\n        format: kohya\n");
+        load(minimal_job_with("        is_flux: true\n") + "      save:\n        format: kohya\n");
         FAIL() << "kohya layout accepted for Flux";
     } catch (const ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find("save.format 'kohya' is not available for Flux"),
@@ -271,7 +273,8 @@ TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {
             << e.what();
     }
     // SD keeps DDPM: flowmatch is warned there.
-    const LoadedJob sd = load(with("") + "      train:\n        noise_scheduler: flowmatch\n");
+    const LoadedJob sd =
+        load(minimal_job_with("") + "      train:\n        noise_scheduler: flowmatch\n");
     ASSERT_EQ(sd.warnings.size(), 1u);
     EXPECT_EQ(sd.warnings[0].key_path, "config.process.0.train.noise_scheduler");
 }
@@ -279,10 +282,10 @@ TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {
 TEST(ConfigWarnings, UNetModuleSetIsNotedOnFluxOnly) {
     const std::string kohya_set =
         "      network:\n        network_kwargs:\n          module_set: kohya\n";
-    const LoadedJob sd = load(with("") + kohya_set);
+    const LoadedJob sd = load(minimal_job_with("") + kohya_set);
     EXPECT_TRUE(sd.warnings.empty());
     EXPECT_EQ(sd.job.config.process.at(0).network.network_kwargs.module_set, "kohya");
-    const LoadedJob flux = load(with("        is_flux: true\n") + kohya_set);
+    const LoadedJob flux = load(minimal_job_with("        is_flux: true\n") + kohya_set);
     ASSERT_EQ(flux.warnings.size(), 1u);
     EXPECT_EQ(flux.warnings[0].key_path, "config.process.0.network.network_kwargs.module_set");
     EXPECT_EQ(flux.warnings[0].kind, DiagnosticKind::kNote);
@@ -293,7 +296,7 @@ TEST(ConfigWarnings, UNetModuleSetIsNotedOnFluxOnly) {
 // are noted and put back to images.
 TEST(ConfigWarnings, VideoDatasetKeysFollowTheModel) {
     const auto job = [](const std::string& arch, const std::string& dataset_keys) {
-        std::string text = with("        arch: " + arch + "\n");
+        std::string text = minimal_job_with("        arch: " + arch + "\n");
         const std::string folder = "        - folder_path: data\n";
         text.replace(text.find(folder), folder.size(), folder + dataset_keys);
         return load(text);
@@ -333,7 +336,7 @@ TEST(ConfigWarnings, StrictTurnsWarningsIntoErrors) {
     LoadOptions options;
     options.strict = true;
     try {
-        load(with("      trian: {}\n      sampel: {}\n"), options);
+        load(minimal_job_with("      trian: {}\n      sampel: {}\n"), options);
         FAIL() << "expected a ConfigError";
     } catch (const ConfigError& e) {
         EXPECT_EQ(std::string(e.what()),

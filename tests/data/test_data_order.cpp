@@ -13,15 +13,15 @@ namespace loom::data {
 namespace {
 
 // 7 images in 3 aspect ratios (+ a small one), with flip_x: 14 items in 4 buckets.
-const std::vector<ImageSize> kSizes = {{1024, 1024}, {800, 800},   {1920, 1080}, {1280, 720},
-                                       {1080, 1920}, {2000, 2000}, {300, 200}};
+const std::vector<ImageSize> kMixedAspectSizes = {
+    {1024, 1024}, {800, 800}, {1920, 1080}, {1280, 720}, {1080, 1920}, {2000, 2000}, {300, 200}};
 
 std::vector<DatasetItem> items() {
-    return expand_items(kSizes.size(), {512}, 1, true, false);
+    return expand_items(kMixedAspectSizes.size(), {512}, 1, true, false);
 }
 
 BucketPlan plan() {
-    return assign_buckets(items(), kSizes, 16);
+    return assign_buckets(items(), kMixedAspectSizes, 16);
 }
 
 std::vector<Batch> take(DataOrder& order, int n) {
@@ -160,7 +160,8 @@ TEST(DataOrder, ReplacingThePlanAfterABucketDropKeepsThePosition) {
     const std::vector<DatasetItem> all = items();
     DataOrder order(plan(), 2, 5);
     take(order, 3);
-    std::optional<BucketPlan> dropped = drop_largest_bucket(order.plan(), all, kSizes, 16);
+    std::optional<BucketPlan> dropped =
+        drop_largest_bucket(order.plan(), all, kMixedAspectSizes, 16);
     ASSERT_TRUE(dropped);
     const std::string before = order.cursor().fingerprint;
     order.replace_plan(*dropped);
@@ -171,7 +172,7 @@ TEST(DataOrder, ReplacingThePlanAfterABucketDropKeepsThePosition) {
         for (std::size_t item : b.items) EXPECT_EQ(order.plan().item_bucket[item], b.bucket);
     }
     // A resumed run rebuilds the same capped plan, so its cursor restores exactly.
-    DataOrder resumed(assign_buckets(all, kSizes, 16, dropped->max_pixels), 2, 5);
+    DataOrder resumed(assign_buckets(all, kMixedAspectSizes, 16, dropped->max_pixels), 2, 5);
     EXPECT_TRUE(resumed.restore(order.cursor()));
     expect_same(take(resumed, 10), take(order, 10));
 }

@@ -6,13 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "loom/core/byte_size.h"
 #include "loom/device/device.h"
 #include "loom/device/oom_classify.h"
 
 namespace loom {
 namespace {
-
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 class CudaDeviceTest : public ::testing::Test {
   protected:

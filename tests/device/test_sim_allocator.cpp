@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/device/device.h"
 #include "loom/device/faults.h"
@@ -14,7 +15,6 @@
 namespace loom {
 namespace {
 
-constexpr std::uint64_t kMiB = 1024 * 1024;
 using Event = SimAllocator::Event;
 
 // A small MLP forward+backward whose activations dominate memory.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/device/device.h"
 #include "loom/device/host_memory.h"
@@ -15,8 +16,6 @@
 
 namespace loom {
 namespace {
-
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 class StepClockTest : public ::testing::Test {
   protected:

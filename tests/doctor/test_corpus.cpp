@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "loom/doctor/diagnosis.h"
+#include "text_match.h"
 
 namespace loom::doctor {
 namespace {
@@ -127,9 +128,7 @@ bool has_evidence(const Diagnosis& d, const std::string& text_part, const std::s
     return false;
 }
 
-bool contains(const std::string& s, const std::string& part) {
-    return s.find(part) != std::string::npos;
-}
+using loom::testing::contains;
 
 TEST(DoctorCorpusClasses, OomKillerIsHostRamWithItsOwnFirstChange) {
     const Diagnosis d = corpus("aitk_wan22_oom_killer.log");

@@ -15,6 +15,7 @@
 #include "loom/core/error.h"
 #include "loom/core/utf8.h"
 #include "loom/doctor/diagnosis.h"
+#include "text_match.h"
 
 namespace loom::doctor {
 namespace {
@@ -50,9 +51,7 @@ bool has_evidence(const Diagnosis& d, std::size_t line, const std::string& note_
     });
 }
 
-bool contains(const std::string& s, const std::string& part) {
-    return s.find(part) != std::string::npos;
-}
+using loom::testing::contains;
 
 // ---------------------------------------------------------------------------------------------
 // ai-toolkit

@@ -7,12 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/byte_size.h"
 #include "loom/guard/ladder_policy.h"
 
 namespace loom::guard {
 namespace {
-
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 Plan image_plan() {
     Plan p;

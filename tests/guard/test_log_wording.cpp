@@ -4,12 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/core/byte_size.h"
 #include "loom/guard/log_wording.h"
 
 namespace loom::guard {
 namespace {
-
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 // KnobChange has no operator==: compare (and print) its fields.
 std::vector<std::vector<std::string>> fields(const std::vector<KnobChange>& changes) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/byte_size.h"
 #include "loom/device/device.h"
 #include "loom/guard/guard.h"
 
@@ -22,7 +23,6 @@ namespace loom::guard {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 class FakeTarget final : public GuardedTarget {
   public:

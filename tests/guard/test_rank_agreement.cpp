@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/device/device.h"
 #include "loom/guard/guard.h"
@@ -24,7 +25,6 @@ namespace loom::guard {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 // Every rank's text to every rank, through one table and a barrier.
 class Table {

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "loom/config/load.h"
+#include "loom/core/byte_size.h"
 #include "loom/guard/plan.h"
 #include "loom/model/tensor_file.h"
 #include "loom/train/trainer.h"
@@ -32,8 +33,6 @@ using testing::change_rules;
 using testing::events_named;
 using testing::metric_lines;
 using testing::read_events;
-
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 struct FluxJob {
     std::string name;

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "loom/config/load.h"
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/device/faults.h"
 #include "loom/guard/plan.h"
@@ -34,8 +35,6 @@ using testing::change_rules;
 using testing::events_named;
 using testing::metric_lines;
 using testing::read_events;
-
-constexpr std::uint64_t kMiB = 1024 * 1024;
 
 // `count` images of one size (testing::write_square_image), numbered from `first`.
 void add_images(const fs::path& folder, int count, int width, int height, int first = 0) {

@@ -17,14 +17,14 @@ namespace {
 
 // A LoRA-like set: a down (8-bit state under adamw8bit), a zero up (Prodigy keeps one zero for
 // its p0) and a small tensor (float32 state under adamw8bit).
-std::vector<at::Tensor> make_params() {
+std::vector<at::Tensor> lora_like_params() {
     torch::manual_seed(0);
     return {(torch::randn({16, 320}) * 0.02).requires_grad_(true),
             torch::zeros({320, 16}).requires_grad_(true),
             (torch::randn({4, 32}) * 0.02).requires_grad_(true)};
 }
 
-void set_grads(const std::vector<at::Tensor>& params, int step) {
+void set_small_grads(const std::vector<at::Tensor>& params, int step) {
     torch::manual_seed(100 + step);
     for (const auto& p : params) p.mutable_grad() = torch::randn(p.sizes()) * 1e-3;
 }
@@ -55,11 +55,11 @@ bool same(const OptimizerState& a, const OptimizerState& b) {
 class Optimizers : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Optimizers, AnOomInsideStepChangesNothing) {
-    auto params = make_params();
+    auto params = lora_like_params();
     auto opt = make(GetParam(), params);
-    set_grads(params, 0);
+    set_small_grads(params, 0);
     opt->step(1e-3);  // a state that is not all zeros
-    set_grads(params, 1);
+    set_small_grads(params, 1);
     const auto before = copies(params);
     const OptimizerState state_before = opt->state();
     {
@@ -77,28 +77,28 @@ TEST_P(Optimizers, AnOomInsideStepChangesNothing) {
 }
 
 TEST_P(Optimizers, ContinuesExactlyFromItsSavedState) {
-    auto straight = make_params();
+    auto straight = lora_like_params();
     auto opt = make(GetParam(), straight);
-    auto resumed = make_params();
+    auto resumed = lora_like_params();
     auto first = make(GetParam(), resumed);
     for (int k = 0; k < 3; ++k) {
-        set_grads(straight, k);
+        set_small_grads(straight, k);
         opt->step(1e-3);
-        set_grads(resumed, k);
+        set_small_grads(resumed, k);
         first->step(1e-3);
     }
     // A new process: fresh optimizer, the weights and the state of the checkpoint.
     const OptimizerState saved = first->state();
     auto weights = copies(resumed);
-    auto params = make_params();
+    auto params = lora_like_params();
     for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(weights[i]);
     auto second = make(GetParam(), params);
     second->load_state(saved);
     EXPECT_EQ(second->steps_taken(), 3);
     for (int k = 3; k < 6; ++k) {
-        set_grads(straight, k);
+        set_small_grads(straight, k);
         opt->step(1e-3);
-        set_grads(params, k);
+        set_small_grads(params, k);
         second->step(1e-3);
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -107,10 +107,10 @@ TEST_P(Optimizers, ContinuesExactlyFromItsSavedState) {
 }
 
 TEST_P(Optimizers, AnotherOptimizersStateIsRefused) {
-    auto params = make_params();
+    auto params = lora_like_params();
     auto opt = make(GetParam(), params);
     const std::string other = GetParam() == "prodigy" ? "adamw" : "prodigy";
-    auto foreign = make(other, make_params());
+    auto foreign = make(other, lora_like_params());
     try {
         opt->load_state(foreign->state());
         FAIL() << "loaded " << other << "'s state";
@@ -123,7 +123,7 @@ TEST_P(Optimizers, AnotherOptimizersStateIsRefused) {
 INSTANTIATE_TEST_SUITE_P(Each, Optimizers, ::testing::Values("adamw", "adamw8bit", "prodigy"));
 
 TEST(OptimizerState, BytesPerParameterAsTheirReferencesKeepThem) {
-    auto params = make_params();
+    auto params = lora_like_params();
     const double big = 2.0 * 16 * 320;  // the down and the up
     const double small = 4 * 32;
     // AdamW: two float32 moments.

@@ -34,7 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 
 struct RunSpec {
     std::string name;
@@ -215,8 +215,8 @@ TEST_F(PerfSwitches, StreamPrefetchTrainsLikeDirectFetchesWithinItsMemoryBound) 
         std::printf(
             "checkpointing %d: step peak %.3f MiB direct, %.3f MiB with prefetch (bound "
             "+%.3f MiB)\n",
-            checkpointing ? 1 : 0, double(off_peak) / kMiB, double(on_peak) / kMiB,
-            double(ahead) / kMiB);
+            checkpointing ? 1 : 0, double(off_peak) / kBytesPerMiB, double(on_peak) / kBytesPerMiB,
+            double(ahead) / kBytesPerMiB);
         EXPECT_LE(on_peak, off_peak + ahead) << gc;
         EXPECT_GT(prefetch_hits(run_folder("stream_on" + gc)), 0u) << gc;  // it did prefetch
         EXPECT_EQ(prefetch_hits(run_folder("stream_off" + gc)), 0u) << gc;

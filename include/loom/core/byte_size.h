@@ -8,6 +8,11 @@
 
 namespace loom {
 
+inline constexpr std::uint64_t kKiB = 1024ULL;
+inline constexpr std::uint64_t kMiB = kKiB * 1024ULL;
+inline constexpr std::uint64_t kGiB = kMiB * 1024ULL;
+inline constexpr std::uint64_t kTiB = kGiB * 1024ULL;
+
 // Parses a size. Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal units (kB/KB, MB,
 // GB, TB) powers of 1000, "B" or no unit means bytes; units are case-insensitive and may be
 // separated from the number by spaces. Fractions must resolve to a whole number of bytes after
