@@ -82,7 +82,10 @@ install_torch() {
     "$(python_for_venv)" -m venv "$VENV"
   fi
   log "installing torch==$TORCH_VERSION into .venv (a large download the first time)"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+  # --no-compile: Python compiles the modules a test imports when it first imports them, instead
+  # of pip compiling all of torch's up front (a minute of CPU on two cores).
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+    "torch==$TORCH_VERSION"
   # The wheel's C++ ABI must match Debian's libraries (built with the new libstdc++ ABI).
   local abi
   abi="$("$VENV/bin/python" -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))' 2>/dev/null)"
@@ -100,7 +103,9 @@ install_python_references() {
     return 0
   fi
   log "installing ${PY_PACKAGES[*]} into .venv"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+  # torch pinned on the same line: pip must never swap the LibTorch the build is reading.
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+    "${PY_PACKAGES[@]}" "torch==$TORCH_VERSION"
   touch "$PY_STAMP"
 }
 
@@ -121,8 +126,30 @@ configure_and_build() {
   cmake --build "$BUILD_DIR" -- -j"$(nproc)"
 }
 
+# seconds since `1`, for the phase lines (a fresh machine's time goes to downloads and the build).
+since() { echo "$(($(date +%s) - $1)) s"; }
+
+t0=$(date +%s)
 install_debian_packages
+log "Debian packages: $(since "$t0")"
+t0=$(date +%s)
 install_torch
-install_python_references
+log "torch: $(since "$t0")"
+# The reference packages only serve the tests, not the build: they download and unpack while
+# loom compiles (the build is CPU-bound, pip mostly waits on the network and the disk).
+t0=$(date +%s)
+REFS_LOG="$VENV/.loom-python-install.log"
+install_python_references >"$REFS_LOG" 2>&1 &
+refs_pid=$!
+trap 'kill "$refs_pid" 2>/dev/null || true' EXIT
 configure_and_build
+log "build: $(since "$t0")"
+if ! wait "$refs_pid"; then
+  cat "$REFS_LOG" >&2
+  echo "error: installing the Python reference packages failed (above); rerun scripts/setup.sh" >&2
+  exit 1
+fi
+trap - EXIT
+cat "$REFS_LOG"
+log "Python reference packages: ready $(since "$t0") after the build started"
 log "done: $BUILD_DIR/src/cli/loom"

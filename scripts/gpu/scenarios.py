@@ -56,6 +56,9 @@ class Settings:
         self.ref_device = "cpu" if dry else "cuda"
         # The dry run proves the script, not the figures: one round per side is enough there.
         self.rounds = 1 if dry else 2
+        # Steps a throughput run trains: two warm-up steps, then the timed gaps (three suffice
+        # to prove the script in the dry run, whose figures mean nothing).
+        self.throughput_steps = 6 if dry else self.steps + 8
         self.model = None  # the base model folder (make_models.py)
         self.throughput_device = "cpu" if dry else self.device
 
@@ -245,8 +248,9 @@ def scenario_low_vram(loom, work, s):
 
 
 def loom_rate(loom, work, name, s, data, batch, checkpointing, perf=None):
-    _, metrics, _ = train_ok(loom, work, name, s, data=data, steps=s.steps + 8, batch=batch,
-                             checkpointing=checkpointing, device=s.throughput_device, perf=perf)
+    _, metrics, _ = train_ok(loom, work, name, s, data=data, steps=s.throughput_steps,
+                             batch=batch, checkpointing=checkpointing,
+                             device=s.throughput_device, perf=perf)
     for switch in perf or {}:
         require_switch(work, name, switch)
     return 1.0 / step_times(metrics)
@@ -264,7 +268,7 @@ def require_switch(work, name, switch):
 def reference_rate(work, name, s, data, batch, checkpointing):
     log = os.path.join(work, name + ".log")
     cmd = [sys.executable, os.path.join(ROOT, "bench", "reference_lora.py"), s.model, data,
-           str(s.resolution), str(batch), str(s.steps + 8), str(s.rank), str(s.rank), "1e-4",
+           str(s.resolution), str(batch), str(s.throughput_steps), str(s.rank), str(s.rank), "1e-4",
            str(os.cpu_count() if not s.dry else 2), os.path.join(work, name + ".safetensors"),
            "--device", s.ref_device, "--dtype", s.dtype]
     if checkpointing:
