@@ -174,8 +174,8 @@ class OomScenarios : public ::testing::Test {
         s.vram = "4GiB";
         JobSpec unnamed = s;
         unnamed.name = "calibrate";
-        const std::string key =
-            job_yaml(unnamed) + "preset_low_vram: " + std::to_string(s.preset_low_vram.value_or(-1));
+        const std::string key = job_yaml(unnamed) + "preset_low_vram: " +
+                                std::to_string(s.preset_low_vram.value_or(-1));
         auto it = calibrations_.find(key);
         if (it == calibrations_.end()) {
             s.name = "calibrate_" + s.name;
