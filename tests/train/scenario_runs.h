@@ -3,7 +3,7 @@
 // The scenario tests' runs (test_oom_scenarios.cpp for SD, test_flux_training.cpp for Flux): a
 // job trained from a preset low_vram level, and what a finished run left in its run folder — the
 // events of events.jsonl (all, by name, the ladder's rules in order, the probe's peaks) and the
-// number of metrics lines (one per trained step).
+// number of metrics lines (one per trained step) — and the calibration runs that measure budgets.
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,5 +79,23 @@ inline std::uint64_t probe_peak(const std::filesystem::path& run, const std::str
     ADD_FAILURE() << "no probe event for " << part << " in " << run;
     return 0;
 }
+
+// One-step calibration runs kept by the job they run, whatever the scenario asking calls it: the
+// peaks depend on the job alone, so one run gives a job's train and sample peaks, and a budget
+// several scenarios share is measured once.
+class CalibrationRuns {
+  public:
+    // The run folder of the calibration whose job text is `key`; `run` trains it (and returns
+    // its folder) the first time the key is asked for.
+    const std::filesystem::path& folder(const std::string& key,
+                                        const std::function<std::filesystem::path()>& run) {
+        auto it = folders_.find(key);
+        if (it == folders_.end()) it = folders_.emplace(key, run()).first;
+        return it->second;
+    }
+
+  private:
+    std::map<std::string, std::filesystem::path> folders_;
+};
 
 }  // namespace loom::testing

@@ -70,6 +70,10 @@ class FluxTraining : public ::testing::Test {
     }
 
     static config::Job job(const FluxJob& s) {
+        return config::load_job_text(job_yaml(s), s.name + ".yaml").job;
+    }
+
+    static std::string job_yaml(const FluxJob& s) {
         std::ostringstream y;
         y << "job: extension\nconfig:\n  name: " << s.name << "\n  process:\n"
           << "    - type: sd_trainer\n"
@@ -103,7 +107,7 @@ class FluxTraining : public ::testing::Test {
           << "      oom:\n"
           << "        vram_limit: " << s.vram << "\n"
           << "        probe: " << (s.probe ? "true" : "false") << "\n";
-        return config::load_job_text(y.str(), s.name + ".yaml").job;
+        return y.str();
     }
 
     static TrainSummary train(const FluxJob& s, bool fresh = true,
@@ -116,21 +120,33 @@ class FluxTraining : public ::testing::Test {
 
     static fs::path run_folder(const std::string& name) { return root_ / "runs" / name; }
 
-    // The probe's peak for a one-step run of `s` with a generous budget: a training step
-    // (part "train") or a preview pass (part "sample") under that plan.
-    static std::uint64_t measured_peak(FluxJob s, const std::string& part) {
-        s.name = "calibrate_" + s.name;
+    // The folder of a one-step run of `s` with a generous budget and the probe on; one run per
+    // job, so a scenario may get the folder an earlier scenario's identical job left.
+    static const fs::path& calibration_run(FluxJob s) {
         s.steps = 1;
         s.probe = true;
         s.vram = "4GiB";
-        train(s);
-        return testing::probe_peak(run_folder(s.name), part);
+        FluxJob unnamed = s;
+        unnamed.name = "calibrate";
+        const std::string key = job_yaml(unnamed) + "preset_low_vram: " +
+                                std::to_string(s.preset_low_vram.value_or(-1));
+        return calibrations_.folder(key, [&] {
+            s.name = "calibrate_" + s.name;
+            train(s);
+            return run_folder(s.name);
+        });
+    }
+    // The probe's peak for a training step (part "train") or a preview pass (part "sample")
+    // under the plan of `s`.
+    static std::uint64_t measured_peak(const FluxJob& s, const std::string& part) {
+        return testing::probe_peak(calibration_run(s), part);
     }
     static std::uint64_t step_peak(const FluxJob& s) { return measured_peak(s, "train"); }
     static std::string kib(std::uint64_t bytes) { return std::to_string(bytes / 1024) + "KiB"; }
 
     static inline fs::path model_;
     static inline fs::path root_;
+    static inline testing::CalibrationRuns calibrations_;
 };
 
 // Flow matching trains the transformer's LoRA, previews are sampled with it, the file is
@@ -235,11 +251,13 @@ TEST_F(FluxTraining, FirstSampleOomShrinksOnlySampling) {
     s.name = "sample";
     s.sampling = true;
     s.first_sample = true;
-    s.sample_size = 256;
+    s.sample_size = 128;
     s.checkpointing = true;
     s.preset_low_vram = 1;
     const std::uint64_t train_peak = measured_peak(s, "train");
     const std::uint64_t sample_peak = measured_peak(s, "sample");
+    std::cout << "flux tiny, preview at 128 px: step peak " << train_peak << " bytes, preview peak "
+              << sample_peak << " bytes\n";
     ASSERT_GT(sample_peak, train_peak + kMiB) << "the test needs a preview heavier than a step";
     s.vram = kib((train_peak + sample_peak) / 2);
     const TrainSummary r = train(s);
@@ -301,7 +319,7 @@ TEST_F(FluxTraining, EveryLowVramLevelLowersWhatTheRunHolds) {
         s.checkpointing = true;
         s.preset_low_vram = level;
         peaks.push_back(step_peak(s));
-        std::ifstream metrics(run_folder("calibrate_" + s.name) / "metrics.jsonl");
+        std::ifstream metrics(calibration_run(s) / "metrics.jsonl");
         std::string line;
         std::getline(metrics, line);
         resident.push_back(json::parse(line).at("allocated").get<std::uint64_t>());

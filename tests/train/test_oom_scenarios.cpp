@@ -165,9 +165,7 @@ class OomScenarios : public ::testing::Test {
 
     // The probe's peak for a one-step run of `s` with a generous budget: the memory a training
     // step (part "train") or a preview pass (part "sample") needs under that plan.
-    // Calibration runs are kept by the job they run, whatever its name: the peaks depend on the
-    // job, not on the scenario asking (B's budget serves four scenarios), and one run gives the
-    // peaks of both parts.
+    // Calibrations are kept by job (B's budget serves four scenarios).
     static std::uint64_t measured_peak(JobSpec s, const std::string& part) {
         s.steps = 1;
         s.probe = true;
@@ -176,13 +174,12 @@ class OomScenarios : public ::testing::Test {
         unnamed.name = "calibrate";
         const std::string key = job_yaml(unnamed) + "preset_low_vram: " +
                                 std::to_string(s.preset_low_vram.value_or(-1));
-        auto it = calibrations_.find(key);
-        if (it == calibrations_.end()) {
+        const fs::path& run = calibrations_.folder(key, [&] {
             s.name = "calibrate_" + s.name;
             train(s);
-            it = calibrations_.emplace(key, run_folder(s.name)).first;
-        }
-        return testing::probe_peak(it->second, part);
+            return run_folder(s.name);
+        });
+        return testing::probe_peak(run, part);
     }
 
     static std::string mib(std::uint64_t bytes) { return std::to_string(bytes / 1024) + "KiB"; }
@@ -206,7 +203,7 @@ class OomScenarios : public ::testing::Test {
     }
 
     static inline fs::path root_;
-    static inline std::map<std::string, fs::path> calibrations_;  // job text -> its run folder
+    static inline testing::CalibrationRuns calibrations_;
 };
 
 // A. OOM in the first sample: only sampling shrinks; training settings are untouched.
