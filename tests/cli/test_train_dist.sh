@@ -27,15 +27,7 @@ job() {  # job NAME BATCH [STEPS]: lib.sh's tiny job at batch BATCH, not reusing
 # same_lora A B WHAT: the two runs' final LoRAs agree within 1e-5.
 same_lora() {
   local out
-  if out=$("$PY" - "$TMP/runs/$1/$1.safetensors" "$TMP/runs/$2/$2.safetensors" 2>&1 <<'PY'
-import sys
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-assert a.keys() == b.keys(), "different keys"
-err = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-print(f"max abs difference {err:.3g} over {len(a)} tensors")
-sys.exit(0 if err <= 1e-5 else 1)
-PY
+  if out=$("$PY" "$LORA_DIFFERENCE" "$TMP/runs/$1/$1.safetensors" "$TMP/runs/$2/$2.safetensors" 2>&1
   ); then ok "$3 ($out)"; else bad "$3 ($out)"; fi
 }
 

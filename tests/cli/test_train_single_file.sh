@@ -24,16 +24,8 @@ for arch in sd1 sdxl; do
     then ok "$arch job on the $kind trains"
     else bad "$arch job on the $kind trains"; tail -5 "$TMP/${arch}_$kind.log"; fi
   done
-  if "$PY" - "$TMP/runs/${arch}_file/${arch}_file.safetensors" \
-      "$TMP/runs/${arch}_folder/${arch}_folder.safetensors" <<'PY'
-import sys
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-assert a.keys() == b.keys(), "different LoRA keys"
-err = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-print(f"{len(a)} tensors, max abs difference {err:.3g}")
-sys.exit(0 if err == 0 else 1)
-PY
+  if "$PY" "$LORA_DIFFERENCE" "$TMP/runs/${arch}_file/${arch}_file.safetensors" \
+      "$TMP/runs/${arch}_folder/${arch}_folder.safetensors" --max 0
   then ok "$arch: the LoRA trained on the file equals the folder's"
   else bad "$arch: the LoRA trained on the file equals the folder's"; fi
 done
