@@ -205,9 +205,9 @@ TEST_F(PerfSwitches, StreamPrefetchTrainsLikeDirectFetchesWithinItsMemoryBound) 
     const std::uint64_t ahead = largest_streamed_layers(root_ / "model");
     for (const bool checkpointing : {true, false}) {  // with the recomputes' fetches, and without
         const std::string gc = checkpointing ? "_gc" : "";
-        const TrainSummary off = train(spec("stream_off" + gc, "", checkpointing, 5, 3));
+        const TrainSummary off = train(spec("stream_off" + gc, "", checkpointing, 3, 3));
         const TrainSummary on =
-            train(spec("stream_on" + gc, "{stream_prefetch: true}", checkpointing, 5, 3));
+            train(spec("stream_on" + gc, "{stream_prefetch: true}", checkpointing, 3, 3));
         EXPECT_EQ(on.losses, off.losses) << gc;  // the same bytes: bit-identical
         EXPECT_EQ(testing::max_lora_difference(on.final_lora, off.final_lora), 0.0) << gc;
         const std::uint64_t off_peak = step_peak("stream_off" + gc);
