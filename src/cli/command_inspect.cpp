@@ -47,10 +47,11 @@ std::string human_count(std::int64_t n) {
 
 // A single-file checkpoint: its kind, and its components by their prefixes in the file.
 int inspect_single_file(const std::filesystem::path& file) {
-    const std::string arch = detect_single_file_arch(file);
+    const config::Arch arch = detect_single_file_arch(file);
     std::cout << "model:    " << file.string() << "\n"
               << "layout:   single file (original Stability layout)\n"
-              << "arch:     " << arch << (arch == "sd2" ? " (loom cannot load it yet)" : "")
+              << "arch:     " << config::to_string(arch)
+              << (config::arch_info(arch).trainable ? "" : " (loom cannot load it yet)")
               << "\n\ncomponents:\n";
     static const std::vector<std::pair<const char*, const char*>> kPrefixes = {
         {"unet", "model.diffusion_model."},
@@ -86,12 +87,10 @@ int run_inspect(const std::vector<std::string>& args) {
     const std::filesystem::path model = locate_model(parsed["model"].as<std::string>());
     if (is_single_file_checkpoint(model)) return inspect_single_file(model);
     const DiffusersFolder folder = read_diffusers_folder(model);
-    const std::string arch = detect_arch(folder);
-    const ArchSpec* spec = find_arch_spec(arch);
+    const config::ArchInfo& arch = config::arch_info(detect_arch(folder));
     std::cout << "model:    " << folder.root.string() << "\n"
               << "pipeline: " << folder.pipeline_class << "\n"
-              << "arch:     " << arch
-              << (spec && spec->trainable ? "" : " (loom cannot train it yet)")
+              << "arch:     " << arch.name << (arch.trainable ? "" : " (loom cannot train it yet)")
               << "\n\ncomponents:\n";
     std::int64_t total = 0;
     for (const DiffusersComponent& c : folder.components) {

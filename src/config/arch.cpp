@@ -1,81 +1,138 @@
 #include "loom/config/arch.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace loom::config {
 
-const std::vector<ArchName>& known_archs() {
-    // ai-toolkit's arch strings (reference/ai-toolkit.md §0), in its order.
-    static const std::vector<ArchName> kArchs = {
-        {"sd1", true},
-        {"sd2", false},
-        {"sd3", false},
-        {"sdxl", true},
-        {"pixart", false},
-        {"pixart_sigma", false},
-        {"auraflow", false},
-        {"flux", true},
-        {"flex1", false},
-        {"flex2", false},
-        {"lumina2", false},
-        {"vega", false},
-        {"ssd", false},
-        {"wan21", true, /*video=*/true},
-        {"wan21_i2v", false},
-        {"wan22_14b", false},
-        {"wan22_14b_i2v", false},
-        {"wan22_5b", false},
-        {"cogview4", false},
-        {"chroma", false},
-        {"chroma_radiance", false},
-        {"hidream", false},
-        {"hidream_e1", false},
-        {"hidream_o1", false},
-        {"flux_kontext", false},
-        {"flux2", false},
-        {"flux2_klein_4b", false},
-        {"flux2_klein_9b", false},
-        {"qwen_image", false},
-        {"qwen_image_edit", false},
-        {"qwen_image_edit_plus", false},
-        {"omnigen2", false},
-        {"f-lite", false},
-        {"zimage", false},
-        {"zimage_l2p", false},
-        {"ltx2", false},
-        {"ltx2.3", false},
-        {"ltx2.5", false},
-        {"zeta_chroma", false},
-        {"ernie_image", false},
-        {"nucleus_image", false},
-        {"anima", false},
-        {"ideogram4", false},
-        {"prx_pixel", false},
-        {"krea2", false},
-        {"boogu_image", false},
-        {"boogu_image_edit", false},
-        {"mageflow", false},
-        {"mageflow_edit", false},
-        {"minimax_h3", false},
-        {"minimax_h3_ref2va", false},
-        {"ace_step_15", false},
-        {"ace_step_15_xl", false},
+namespace {
+
+// ai-toolkit's arch strings that loom does not build (reference/ai-toolkit.md §0), in its order.
+constexpr const char* kOtherAiToolkitArchs[] = {
+    "sd3",
+    "pixart",
+    "pixart_sigma",
+    "auraflow",
+    "flex1",
+    "flex2",
+    "lumina2",
+    "vega",
+    "ssd",
+    "wan21_i2v",
+    "wan22_14b",
+    "wan22_14b_i2v",
+    "wan22_5b",
+    "cogview4",
+    "chroma",
+    "chroma_radiance",
+    "hidream",
+    "hidream_e1",
+    "hidream_o1",
+    "flux_kontext",
+    "flux2",
+    "flux2_klein_4b",
+    "flux2_klein_9b",
+    "qwen_image",
+    "qwen_image_edit",
+    "qwen_image_edit_plus",
+    "omnigen2",
+    "f-lite",
+    "zimage",
+    "zimage_l2p",
+    "ltx2",
+    "ltx2.3",
+    "ltx2.5",
+    "zeta_chroma",
+    "ernie_image",
+    "nucleus_image",
+    "anima",
+    "ideogram4",
+    "prx_pixel",
+    "krea2",
+    "boogu_image",
+    "boogu_image_edit",
+    "mageflow",
+    "mageflow_edit",
+    "minimax_h3",
+    "minimax_h3_ref2va",
+    "ace_step_15",
+    "ace_step_15_xl",
+};
+
+}  // namespace
+
+const std::vector<ArchInfo>& arch_table() {
+    using F = FamilyKind;
+    using G = GuidanceKind;
+    // clang-format off
+    static const std::vector<ArchInfo> kTable = {
+        // arch          name     display name            family              pipeline class               train  video  bucket two TE  guidance                flow   kohya base model   kohya network module   LoRA prefix
+        {Arch::kSd1,   "sd1",   "Stable Diffusion 1.x", F::kStableDiffusion, "StableDiffusionPipeline",   true,  false, 16,    false, G::kClassifierFree,     false, "sd_v1",           "networks.lora",       "unet"},
+        {Arch::kSd2,   "sd2",   "Stable Diffusion 2.x", F::kStableDiffusion, "StableDiffusionPipeline",   false, false, 16,    false, G::kClassifierFree,     false, "sd_v2",           "networks.lora",       "unet"},
+        {Arch::kSdxl,  "sdxl",  "Stable Diffusion XL",  F::kStableDiffusion, "StableDiffusionXLPipeline", true,  false, 16,    true,  G::kClassifierFree,     false, "sdxl_base_v1-0",  "networks.lora",       "unet"},
+        {Arch::kFlux,  "flux",  "Flux.1",               F::kFlux,            "FluxPipeline",              true,  false, 32,    true,  G::kDistilledEmbedding, true,  "flux1",           "networks.lora_flux",  "transformer"},
+        {Arch::kWan21, "wan21", "Wan 2.1",              F::kWan,             "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     true,  "wan_2.1",         "networks.lora_wan",   "transformer"},
     };
-    return kArchs;
+    // clang-format on
+    return kTable;
 }
 
-const ArchName* find_arch(std::string_view name) {
-    for (const ArchName& a : known_archs()) {
-        if (name == a.name) return &a;
+const char* to_string(FamilyKind family) {
+    switch (family) {
+        case FamilyKind::kStableDiffusion: return "Stable Diffusion";
+        case FamilyKind::kFlux: return "Flux";
+        case FamilyKind::kWan: return "Wan";
     }
-    return nullptr;
+    return "?";
+}
+
+const ArchInfo& arch_info(Arch arch) {
+    return arch_table().at(static_cast<std::size_t>(arch));
+}
+
+const char* to_string(Arch arch) {
+    return arch_info(arch).name;
+}
+
+std::optional<Arch> find_arch(std::string_view name) {
+    for (const ArchInfo& a : arch_table()) {
+        if (name == a.name) return a.arch;
+    }
+    return std::nullopt;
+}
+
+bool is_ai_toolkit_arch(std::string_view name) {
+    return find_arch(name).has_value() ||
+           std::any_of(std::begin(kOtherAiToolkitArchs), std::end(kOtherAiToolkitArchs),
+                       [&](const char* other) { return name == other; });
+}
+
+std::vector<Arch> archs_of_pipeline(std::string_view pipeline_class) {
+    std::vector<Arch> out;
+    for (const ArchInfo& a : arch_table()) {
+        if (pipeline_class == a.pipeline_class) out.push_back(a.arch);
+    }
+    return out;
 }
 
 std::string trainable_arch_list() {
     std::string out;
-    for (const ArchName& a : known_archs()) {
+    for (const ArchInfo& a : arch_table()) {
         if (!a.trainable) continue;
         if (!out.empty()) out += ", ";
         out += a.name;
     }
+    return out;
+}
+
+std::string pipeline_class_list() {
+    std::vector<std::string> seen;
+    for (const ArchInfo& a : arch_table()) {
+        if (std::find(seen.begin(), seen.end(), a.pipeline_class) == seen.end())
+            seen.emplace_back(a.pipeline_class);
+    }
+    std::string out;
+    for (const std::string& s : seen) out += (out.empty() ? "" : ", ") + s;
     return out;
 }
 

@@ -121,8 +121,12 @@ class Resolver {
         const std::string scheduler = path + ".train.noise_scheduler";
         const std::string sampler = path + ".sample.sampler";
         const std::string format = path + ".save.format";
-        const std::string& arch = *p.model.arch;
-        const char* family = arch == "flux" ? "Flux" : arch == "wan21" ? "Wan" : nullptr;
+        // A flow-matching family's display name; nullptr for SD's DDPM (and the archs loom
+        // does not build, which the model check has already refused or warned about).
+        const char* family = nullptr;
+        if (p.choices.arch && arch_info(*p.choices.arch).flow_matching) {
+            family = to_string(arch_info(*p.choices.arch).family);
+        }
         resolve_video_keys(p, path);
         if (family == nullptr) {
             if (p.train.noise_scheduler == "flowmatch") {
@@ -181,8 +185,7 @@ class Resolver {
     // An image model trains on the dataset's images, and its previews are images.
     void resolve_video_keys(ProcessConfig& p, const std::string& path) {
         const std::string& arch = *p.model.arch;
-        const ArchName* spec = find_arch(arch);
-        const bool video = spec != nullptr && spec->video;
+        const bool video = p.choices.arch && arch_info(*p.choices.arch).video;
         for (std::size_t i = 0; i < p.datasets.size(); ++i) {
             DatasetConfig& d = p.datasets[i];
             const std::string at = path + ".datasets." + std::to_string(i);
@@ -259,7 +262,7 @@ class Resolver {
             if (const std::size_t colon = arch.find(':'); colon != std::string::npos) {
                 arch.resize(colon);  // "name:tag" is accepted and the tag stripped
             }
-            if (find_arch(arch) == nullptr) {
+            if (!is_ai_toolkit_arch(arch)) {
                 fail(path + ".arch", path + ".arch '" + *m.arch +
                                          "' is not an ai-toolkit architecture (loom trains " +
                                          trainable_arch_list() + ")");
@@ -273,7 +276,8 @@ class Resolver {
         } else {
             m.arch = flagged.empty() ? "sd1" : flagged;
         }
-        if (!find_arch(*m.arch)->trainable) {
+        p.choices.arch = find_arch(*m.arch);
+        if (!p.choices.arch || !arch_info(*p.choices.arch).trainable) {
             warn(DiagnosticKind::kNotTrainable, path + ".arch",
                  path + ".arch '" + *m.arch +
                      "' is an ai-toolkit architecture that loom cannot train yet (loom trains " +

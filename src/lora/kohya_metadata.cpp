@@ -6,24 +6,6 @@
 
 namespace loom {
 
-namespace {
-
-// kohya's ss_base_model_version and ss_network_module for the archs loom trains (sd-scripts'
-// flux_train_network.py writes "flux1" and networks.lora_flux; for Wan, ai-toolkit's base model
-// version "wan_2.1" and musubi-tuner's networks.lora_wan).
-const char* base_model_version(const std::string& arch) {
-    if (arch == "flux") return "flux1";
-    if (arch == "wan21") return "wan_2.1";
-    return arch == "sdxl" ? "sdxl_base_v1-0" : "sd_v1";
-}
-
-const char* network_module(const std::string& arch) {
-    if (arch == "flux") return "networks.lora_flux";
-    return arch == "wan21" ? "networks.lora_wan" : "networks.lora";
-}
-
-}  // namespace
-
 SafetensorsMetadata kohya_metadata(const config::Job& job, const config::ProcessConfig& process,
                                    const KohyaTrainingFacts& facts) {
     const config::NetworkConfig& n = process.network;
@@ -33,10 +15,14 @@ SafetensorsMetadata kohya_metadata(const config::Job& job, const config::Process
     m.emplace_back("training_info", nlohmann::json{{"step", facts.step}}.dump());
     m.emplace_back("software", nlohmann::json{{"name", "loom"}, {"version", kVersion}}.dump());
     m.emplace_back("ss_output_name", process.name.value_or(""));
-    m.emplace_back("ss_network_module", network_module(facts.arch));
+    // kohya's names for the arch (config/arch.h's row: sd-scripts' flux_train_network.py writes
+    // "flux1" and networks.lora_flux; for Wan, ai-toolkit's base model version "wan_2.1" and
+    // musubi-tuner's networks.lora_wan).
+    const config::ArchInfo& arch = config::arch_info(facts.arch);
+    m.emplace_back("ss_network_module", arch.kohya_network_module);
     m.emplace_back("ss_network_dim", std::to_string(n.linear));
     m.emplace_back("ss_network_alpha", std::to_string(n.linear_alpha.value_or(n.alpha)));
-    m.emplace_back("ss_base_model_version", base_model_version(facts.arch));
+    m.emplace_back("ss_base_model_version", arch.kohya_base_model);
     m.emplace_back("ss_learning_rate", std::to_string(t.lr));
     m.emplace_back("ss_lr_scheduler", t.lr_scheduler);
     m.emplace_back("ss_max_train_steps", std::to_string(t.steps));

@@ -15,12 +15,12 @@ std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root
         if (is_flux_pipeline(folder)) {
             FluxLoadOptions o;
             o.dtype = options.dtype;
-            return std::make_unique<FluxFamily>(load_flux(root, o), "flux");
+            return std::make_unique<FluxFamily>(load_flux(root, o), config::Arch::kFlux);
         }
         if (is_wan_pipeline(folder)) {
             WanLoadOptions o;
             o.dtype = options.dtype;
-            return std::make_unique<WanFamily>(load_wan(root, o), "wan21");
+            return std::make_unique<WanFamily>(load_wan(root, o), config::Arch::kWan21);
         }
     }
     LoadOptions o;

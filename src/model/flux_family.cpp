@@ -31,10 +31,6 @@ void FluxFamily::set_channels_last(bool on) {
     if (model_.vae) model_.vae->set_channels_last(on);
 }
 
-int64_t FluxFamily::bucket_divisibility() const {
-    return find_arch_spec("flux")->bucket_divisibility;
-}
-
 LatentDistribution FluxFamily::encode_pixels(const at::Tensor& pixels) {
     return model_.vae->encode(pixels);
 }
@@ -56,7 +52,8 @@ at::Tensor FluxFamily::extra_conditioning(int64_t, int64_t, int64_t) const {
 }
 
 NoiseScheduleConfig FluxFamily::ddpm_schedule() const {
-    throw Error("model '" + arch_ + "' trains with flow matching; it has no DDPM schedule");
+    throw Error(std::string("model '") + config::to_string(arch_) +
+                "' trains with flow matching; it has no DDPM schedule");
 }
 
 at::Tensor FluxFamily::predict(const at::Tensor& noisy, const at::Tensor& timesteps,

@@ -196,7 +196,7 @@ int64_t heads_of_64_channels(const SafetensorsFile& f, int64_t channels, const s
 
 }  // namespace
 
-std::string detect_arch(const SafetensorsFile& f) {
+config::Arch detect_arch(const SafetensorsFile& f) {
     const std::string unet = kUNet;
     if (!has(f, unet + "input_blocks.0.0.weight")) {
         std::string instead;
@@ -228,23 +228,23 @@ std::string detect_arch(const SafetensorsFile& f) {
             fail(f, std::string("has SDXL's second text encoder (") + kOpenClipSdxl +
                         "*) but not its first (" + kClipSdxl + "*); the file is incomplete");
         }
-        return "sdxl";
+        return config::Arch::kSdxl;
     }
     if (has_prefix(f, kOpenClipSdxlRefiner)) {
         fail(f, "is an SDXL refiner checkpoint; loom trains LoRAs on SDXL base models");
     }
-    if (has_prefix(f, kOpenClipSd2)) return "sd2";
-    if (has_prefix(f, kClipSd1)) return "sd1";
+    if (has_prefix(f, kOpenClipSd2)) return config::Arch::kSd2;
+    if (has_prefix(f, kClipSd1)) return config::Arch::kSd1;
     fail(f, std::string("has a UNet but no text encoder (") + kClipSd1 + "* or conditioner." +
                 "embedders.*); loom needs the whole checkpoint, UNet, VAE and text encoders");
 }
 
-UNetConfig unet_config(const SafetensorsFile& f, const std::string& arch, int64_t pooled_dim) {
+UNetConfig unet_config(const SafetensorsFile& f, config::Arch arch, int64_t pooled_dim) {
     const std::string u = kUNet;
     UNetConfig c;
     c.in_channels = dim(f, u + "input_blocks.0.0.weight", 1);
     c.out_channels = dim(f, u + "out.2.weight", 0);
-    c.sample_size = arch == "sdxl" ? 128 : arch == "sd2" ? 96 : 64;
+    c.sample_size = arch == config::Arch::kSdxl ? 128 : arch == config::Arch::kSd2 ? 96 : 64;
 
     // input_blocks: conv_in, then per level its resnets and (but the last level) a downsampler.
     const int64_t inputs = count_indexed(f, u + "input_blocks.");
@@ -317,7 +317,7 @@ UNetConfig unet_config(const SafetensorsFile& f, const std::string& arch, int64_
     for (int64_t l = 0; l < levels; ++l) {
         const int64_t channels = c.block_out_channels[l];
         // SD 1.x's original config: 8 heads in every block; SD 2.x and SDXL: 64-channel heads.
-        if (arch == "sd1") {
+        if (arch == config::Arch::kSd1) {
             if (channels % 8 != 0) {
                 fail(f, "its UNet level " + std::to_string(l) + " has " + std::to_string(channels) +
                             " channels, which 8 heads do not divide");
@@ -330,9 +330,9 @@ UNetConfig unet_config(const SafetensorsFile& f, const std::string& arch, int64_
     }
 
     if (has(f, u + "label_emb.0.0.weight")) {
-        if (arch != "sdxl") {
-            fail(f, "its UNet has a class embedding (label_emb) that loom's " + arch +
-                        " UNet does not have");
+        if (arch != config::Arch::kSdxl) {
+            fail(f, std::string("its UNet has a class embedding (label_emb) that loom's ") +
+                        config::to_string(arch) + " UNet does not have");
         }
         const int64_t input = dim(f, u + "label_emb.0.0.weight", 1);
         if (input <= pooled_dim || (input - pooled_dim) % 6 != 0) {
@@ -343,7 +343,7 @@ UNetConfig unet_config(const SafetensorsFile& f, const std::string& arch, int64_
         c.addition_embed_type = "text_time";
         c.projection_class_embeddings_input_dim = input;
         c.addition_time_embed_dim = (input - pooled_dim) / 6;
-    } else if (arch == "sdxl") {
+    } else if (arch == config::Arch::kSdxl) {
         fail(f,
              "is an SDXL checkpoint whose UNet has no label_emb (the pooled-text and size "
              "embedding); the file is incomplete");
@@ -351,7 +351,7 @@ UNetConfig unet_config(const SafetensorsFile& f, const std::string& arch, int64_
     return c;
 }
 
-VAEConfig vae_config(const SafetensorsFile& f, const std::string& arch) {
+VAEConfig vae_config(const SafetensorsFile& f, config::Arch arch) {
     const std::string v = kVae;
     VAEConfig c;
     const int64_t levels = count_indexed(f, v + "encoder.down.");
@@ -370,8 +370,8 @@ VAEConfig vae_config(const SafetensorsFile& f, const std::string& arch) {
     c.mid_block_add_attention = has(f, v + "encoder.mid.attn_1.q.weight");
     c.norm_num_groups = 32;
     // The values of each kind's diffusers VAE config (not in the weights).
-    c.sample_size = arch == "sdxl" ? 1024 : arch == "sd2" ? 768 : 512;
-    c.scaling_factor = arch == "sdxl" ? 0.13025 : 0.18215;
+    c.sample_size = arch == config::Arch::kSdxl ? 1024 : arch == config::Arch::kSd2 ? 768 : 512;
+    c.scaling_factor = arch == config::Arch::kSdxl ? 0.13025 : 0.18215;
     return c;
 }
 

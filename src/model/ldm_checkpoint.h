@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/arch.h"
 #include "loom/model/autoencoder_kl.h"
 #include "loom/model/clip_text_model.h"
 #include "loom/model/diffusers_folder.h"
@@ -34,15 +35,15 @@ inline constexpr const char* kClipSdxl = "conditioner.embedders.0.transformer.";
 inline constexpr const char* kOpenClipSdxl = "conditioner.embedders.1.model.";
 inline constexpr const char* kOpenClipSdxlRefiner = "conditioner.embedders.0.model.";
 
-// "sd1", "sd2" or "sdxl" from the file's tensors. FormatError naming the file, saying what it
+// SD 1.x, 2.x or SDXL from the file's tensors. FormatError naming the file, saying what it
 // holds instead, for anything else (a LoRA, a diffusers component, an SDXL refiner, an
 // inpainting model, a file without text encoders).
-std::string detect_arch(const SafetensorsFile& file);
+config::Arch detect_arch(const SafetensorsFile& file);
 
 // Configs from the tensors' shapes. `pooled_dim` is the second text encoder's projection width
 // (SDXL's add_embedding input is pooled_dim + 6 time-id embeddings).
-UNetConfig unet_config(const SafetensorsFile& file, const std::string& arch, int64_t pooled_dim);
-VAEConfig vae_config(const SafetensorsFile& file, const std::string& arch);
+UNetConfig unet_config(const SafetensorsFile& file, config::Arch arch, int64_t pooled_dim);
+VAEConfig vae_config(const SafetensorsFile& file, config::Arch arch);
 // CLIP-L in transformers' names under `prefix`.
 CLIPTextConfig clip_config(const SafetensorsFile& file, const std::string& prefix);
 // OpenCLIP under `prefix`, with its text projection.

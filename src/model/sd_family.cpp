@@ -26,10 +26,6 @@ void StableDiffusionFamily::set_channels_last(bool on) {
     if (model_.vae) model_.vae->set_channels_last(on);
 }
 
-int64_t StableDiffusionFamily::bucket_divisibility() const {
-    return find_arch_spec(model_.arch)->bucket_divisibility;
-}
-
 LatentDistribution StableDiffusionFamily::encode_pixels(const at::Tensor& pixels) {
     return model_.vae->encode(pixels);
 }
@@ -54,7 +50,8 @@ at::Tensor StableDiffusionFamily::extra_conditioning(int64_t height, int64_t wid
 }
 
 FlowMatchConfig StableDiffusionFamily::flow_match() const {
-    throw Error("model '" + model_.arch + "' trains with DDPM; it has no flow-matching config");
+    throw Error(std::string("model '") + config::to_string(model_.arch) +
+                "' trains with DDPM; it has no flow-matching config");
 }
 
 at::Tensor StableDiffusionFamily::predict(const at::Tensor& noisy, const at::Tensor& timesteps,

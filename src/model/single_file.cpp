@@ -47,13 +47,13 @@ std::shared_ptr<const SafetensorsFile> open_checkpoint(const fs::path& file) {
     return std::make_shared<const SafetensorsFile>(SafetensorsFile::open(file));
 }
 
-bool has_tokenizers(const fs::path& snapshot, const std::string& arch) {
+bool has_tokenizers(const fs::path& snapshot, config::Arch arch) {
     if (!fs::is_directory(snapshot / "tokenizer")) return false;
-    return arch != "sdxl" || fs::is_directory(snapshot / "tokenizer_2");
+    return !config::arch_info(arch).two_text_encoders || fs::is_directory(snapshot / "tokenizer_2");
 }
 
 // The cached snapshot of the first default repo that holds the tokenizer(s), if any.
-std::optional<fs::path> config_snapshot(const std::string& arch, const EnvironmentLookup& env) {
+std::optional<fs::path> config_snapshot(config::Arch arch, const EnvironmentLookup& env) {
     for (const std::string& repo : single_file_config_repos(arch)) {
         try {
             const fs::path snapshot = locate_model(repo, env);
@@ -65,7 +65,7 @@ std::optional<fs::path> config_snapshot(const std::string& arch, const Environme
     return std::nullopt;
 }
 
-[[noreturn]] void throw_missing_tokenizer(const fs::path& file, const std::string& arch,
+[[noreturn]] void throw_missing_tokenizer(const fs::path& file, config::Arch arch,
                                           const EnvironmentLookup& env) {
     const std::string& repo = single_file_config_repos(arch).front();
     std::string caches;
@@ -73,10 +73,11 @@ std::optional<fs::path> config_snapshot(const std::string& arch, const Environme
         caches += (caches.empty() ? "" : ", ") + cache.string();
     }
     if (caches.empty()) caches = "no cache: HF_HOME and HOME are unset";
-    const std::string folders = arch == "sdxl" ? "'tokenizer/*' 'tokenizer_2/*' 'scheduler/*'"
-                                               : "'tokenizer/*' 'scheduler/*'";
+    const std::string folders = config::arch_info(arch).two_text_encoders
+                                    ? "'tokenizer/*' 'tokenizer_2/*' 'scheduler/*'"
+                                    : "'tokenizer/*' 'scheduler/*'";
     throw IoError(file.string(),
-                  "is a single-file " + arch +
+                  std::string("is a single-file ") + config::to_string(arch) +
                       " checkpoint without its tokenizer, which loom reads (as diffusers does) "
                       "from " +
                       repo + " in the local Hugging Face cache, and the cache does not hold it (" +
@@ -93,19 +94,21 @@ bool is_single_file_checkpoint(const fs::path& path) {
     return fs::is_regular_file(path, ec);
 }
 
-const std::vector<std::string>& single_file_config_repos(const std::string& arch) {
+const std::vector<std::string>& single_file_config_repos(config::Arch arch) {
     // diffusers' defaults for from_single_file (single_file_utils.py DIFFUSERS_DEFAULT_PIPELINE
     // _PATHS), and the SD 1.5 repo's former name.
     static const std::vector<std::string> kSd1 = {"stable-diffusion-v1-5/stable-diffusion-v1-5",
                                                   "runwayml/stable-diffusion-v1-5"};
     static const std::vector<std::string> kSd2 = {"stabilityai/stable-diffusion-2-1"};
     static const std::vector<std::string> kSdxl = {"stabilityai/stable-diffusion-xl-base-1.0"};
-    if (arch == "sdxl") return kSdxl;
-    if (arch == "sd2") return kSd2;
-    return kSd1;
+    switch (arch) {
+        case config::Arch::kSdxl: return kSdxl;
+        case config::Arch::kSd2: return kSd2;
+        default: return kSd1;
+    }
 }
 
-std::string detect_single_file_arch(const fs::path& file) {
+config::Arch detect_single_file_arch(const fs::path& file) {
     return ldm::detect_arch(*open_checkpoint(file));
 }
 
@@ -115,15 +118,15 @@ StableDiffusion load_stable_diffusion_single_file(const fs::path& file, const Lo
     const std::string where = file.string();
     StableDiffusion sd;
     sd.arch = ldm::detect_arch(*checkpoint);
-    if (sd.arch == "sd2") {
+    if (sd.arch == config::Arch::kSd2) {
         throw FormatError(where,
                           "is a Stable Diffusion 2.x checkpoint; loom loads SD 1.x and SDXL "
                           "single files (and trains sd1, sdxl and flux)");
     }
-    const bool xl = sd.arch == "sdxl";
-    const ArchSpec* spec = find_arch_spec(sd.arch);
+    const config::ArchInfo& info = config::arch_info(sd.arch);
+    const bool xl = info.two_text_encoders;
     sd.folder.root = file;
-    sd.folder.pipeline_class = spec->pipeline_class;
+    sd.folder.pipeline_class = info.pipeline_class;
     sd.folder.components = {{"unet", "diffusers", "UNet2DConditionModel"},
                             {"vae", "diffusers", "AutoencoderKL"},
                             {"text_encoder", "transformers", "CLIPTextModel"},

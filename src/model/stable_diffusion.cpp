@@ -7,39 +7,18 @@
 
 namespace loom {
 
-const std::vector<ArchSpec>& arch_registry() {
-    static const std::vector<ArchSpec> kArchs = {
-        {"sd1", "StableDiffusionPipeline", false, 16, true, true},
-        {"sd2", "StableDiffusionPipeline", false, 16, false, true},
-        {"sdxl", "StableDiffusionXLPipeline", true, 16, true, true},
-        // Loaded by load_flux (flux_model.h), trained through FluxFamily (flux_family.h).
-        {"flux", "FluxPipeline", true, 32, true, false},
-        // Loaded by load_wan (wan_model.h), trained through WanFamily (wan_family.h).
-        {"wan21", "WanPipeline", false, 16, true, true, true},
-    };
-    return kArchs;
-}
-
-const ArchSpec* find_arch_spec(const std::string& name) {
-    for (const ArchSpec& a : arch_registry()) {
-        if (name == a.name) return &a;
+config::Arch detect_arch(const DiffusersFolder& folder) {
+    const std::vector<config::Arch> archs = config::archs_of_pipeline(folder.pipeline_class);
+    if (archs.empty()) {
+        throw FormatError((folder.root / "model_index.json").string(),
+                          "pipeline class '" + folder.pipeline_class + "' is not one loom loads (" +
+                              config::pipeline_class_list() + ")");
     }
-    return nullptr;
-}
-
-std::string detect_arch(const DiffusersFolder& folder) {
-    if (folder.pipeline_class == "StableDiffusionXLPipeline") return "sdxl";
-    if (folder.pipeline_class == "FluxPipeline") return "flux";
-    if (folder.pipeline_class == "WanPipeline") return "wan21";
-    if (folder.pipeline_class == "StableDiffusionPipeline") {
-        const CLIPTextConfig te =
-            read_clip_text_config(folder.dir("text_encoder") / "config.json", false);
-        return te.hidden_size == 1024 ? "sd2" : "sd1";
-    }
-    throw FormatError((folder.root / "model_index.json").string(),
-                      "pipeline class '" + folder.pipeline_class +
-                          "' is not one loom loads (StableDiffusionPipeline, "
-                          "StableDiffusionXLPipeline, FluxPipeline, WanPipeline)");
+    if (archs.front() != config::Arch::kSd1) return archs.front();
+    // StableDiffusionPipeline: SD 1.x's CLIP ViT-L is 768 wide, SD 2.x's OpenCLIP ViT-H 1024.
+    const CLIPTextConfig te =
+        read_clip_text_config(folder.dir("text_encoder") / "config.json", false);
+    return te.hidden_size == 1024 ? config::Arch::kSd2 : config::Arch::kSd1;
 }
 
 TextConditioning StableDiffusion::encode_prompts(const std::vector<std::string>& prompts) {
@@ -105,12 +84,13 @@ StableDiffusion load_stable_diffusion(const std::filesystem::path& root, const L
     StableDiffusion sd;
     sd.folder = read_diffusers_folder(root);
     sd.arch = detect_arch(sd.folder);
-    if (sd.arch == "flux") {
+    const config::ArchInfo& info = config::arch_info(sd.arch);
+    if (info.family != config::FamilyKind::kStableDiffusion) {
         throw FormatError((root / "model_index.json").string(),
-                          "is a Flux.1 pipeline, not Stable Diffusion: load it with load_flux or "
-                          "load_model_family (model/family.h)");
+                          std::string("is a ") + info.display_name +
+                              " pipeline, not Stable Diffusion: load it with load_model_family "
+                              "(model/family.h)");
     }
-    const ArchSpec* spec = find_arch_spec(sd.arch);
     for (const char* needed : {"unet", "scheduler"}) {
         if (!sd.folder.has(needed)) {
             throw FormatError((root / "model_index.json").string(),
@@ -124,7 +104,7 @@ StableDiffusion load_stable_diffusion(const std::filesystem::path& root, const L
         sd.tokenizer =
             std::make_shared<CLIPTokenizer>(CLIPTokenizer::from_folder(sd.folder.dir("tokenizer")));
         sd.text_encoder = load_text_encoder(sd.folder, "text_encoder", o.dtype);
-        if (spec->two_text_encoders) {
+        if (info.two_text_encoders) {
             sd.tokenizer_2 = std::make_shared<CLIPTokenizer>(
                 CLIPTokenizer::from_folder(sd.folder.dir("tokenizer_2")));
             sd.text_encoder_2 = load_text_encoder(sd.folder, "text_encoder_2", o.dtype);

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include "loom/core/error.h"
-#include "loom/model/stable_diffusion.h"  // find_arch_spec
 #include "loom/model/wan_preview_sampler.h"
 
 namespace loom {
@@ -22,10 +21,6 @@ bool WanFamily::streams_weights_of(const std::string& name) const {
 
 void WanFamily::set_gradient_checkpointing(bool on) {
     model_.transformer->set_gradient_checkpointing(on);
-}
-
-int64_t WanFamily::bucket_divisibility() const {
-    return find_arch_spec(arch_)->bucket_divisibility;
 }
 
 int64_t WanFamily::temporal_compression() const {
@@ -50,7 +45,8 @@ TextConditioning WanFamily::encode_prompts(const std::vector<std::string>& promp
 }
 
 NoiseScheduleConfig WanFamily::ddpm_schedule() const {
-    throw Error("model '" + arch_ + "' trains with flow matching; it has no DDPM schedule");
+    throw Error(std::string("model '") + config::to_string(arch_) +
+                "' trains with flow matching; it has no DDPM schedule");
 }
 
 at::Tensor WanFamily::predict(const at::Tensor& noisy, const at::Tensor& timesteps,

@@ -13,39 +13,32 @@ namespace loom {
 
 namespace {
 
-// The pipeline family of an arch, and of a folder: they must agree (an SD job given a Flux
-// folder would otherwise train something else than the job says).
-const char* family_of_arch(const std::string& arch) {
-    if (arch == "flux") return "Flux.1";
-    if (arch == "wan21") return "Wan 2.1";
-    return "Stable Diffusion";
-}
-
-const char* family_of_folder(const std::string& path) {
-    // A single file is an SD 1.x / SDXL checkpoint (model/single_file.h), or refused there.
-    if (is_single_file_checkpoint(path)) return "Stable Diffusion";
-    const DiffusersFolder folder = read_diffusers_folder(path);
-    if (is_flux_pipeline(folder)) return "Flux.1";
-    if (is_wan_pipeline(folder)) return "Wan 2.1";
-    return "Stable Diffusion";
+// The arch a model path holds: a single file's from its tensors (SD 1.x / SDXL, or refused by
+// model/single_file.h), a folder's from its pipeline class.
+config::Arch arch_of_path(const std::string& path) {
+    if (is_single_file_checkpoint(path)) return detect_single_file_arch(path);
+    return detect_arch(read_diffusers_folder(path));
 }
 
 }  // namespace
 
 std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& process) {
     const std::string& arch = *process.model.arch;
-    const ArchSpec* spec = find_arch_spec(arch);
-    if (spec == nullptr || !spec->trainable) {
-        throw ConfigError(
-            "", "config.process.model.arch",
-            "model.arch '" + arch + "' is not one loom can train (sd1, sdxl, flux, wan21)");
+    if (!process.choices.arch || !config::arch_info(*process.choices.arch).trainable) {
+        throw ConfigError("", "config.process.model.arch",
+                          "model.arch '" + arch + "' is not one loom can train (" +
+                              config::trainable_arch_list() + ")");
     }
+    const config::ArchInfo& job_arch = config::arch_info(*process.choices.arch);
     // A folder, or a hub id found in the local Hugging Face cache.
     const std::string path = locate_model(process.model.name_or_path).string();
-    const std::string folder_family = family_of_folder(path);
-    if (folder_family != family_of_arch(arch)) {
+    // The folder's family must be the job's: an SD job given a Flux folder would otherwise
+    // train something else than the job says.
+    const config::ArchInfo& held = config::arch_info(arch_of_path(path));
+    if (held.family != job_arch.family) {
         throw ConfigError("", "config.process.model.arch",
-                          "model.arch '" + arch + "' but " + path + " holds a " + folder_family +
+                          "model.arch '" + arch + "' but " + path + " holds a " +
+                              held.display_name +
                               " pipeline; set model.arch (or is_flux/is_xl) to the folder's model");
     }
     FamilyLoadOptions options;
@@ -58,13 +51,17 @@ std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& proce
         HostAllocations host;
         model = load_model_family(path, options);
     }
-    if (model->arch() != arch && !(arch == "sd1" && model->arch() == "sd2")) {
+    // sd1 names SD 1.x and 2.x alike in ai-toolkit (is_v2 is a flag on top).
+    const bool same_arch = model->arch() == job_arch.arch || (job_arch.arch == config::Arch::kSd1 &&
+                                                              model->arch() == config::Arch::kSd2);
+    if (!same_arch) {
+        const char* loaded = config::to_string(model->arch());
         logger("train").warn("the job says arch '{}' but {} is '{}'; using '{}'", arch, path,
-                             model->arch(), model->arch());
+                             loaded, loaded);
     }
     if (process.model.is_v_pred && model->objective_kind() != ObjectiveKind::kDdpm) {
         logger("train").warn("model.is_v_pred does not apply to '{}' (flow matching); ignored",
-                             model->arch());
+                             config::to_string(model->arch()));
     }
     for (torch::nn::Module* m : model->encoders()) {
         for (auto& p : m->parameters()) p.requires_grad_(false);

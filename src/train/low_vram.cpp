@@ -197,7 +197,8 @@ void LowVramMode::reduce_base(bool denoiser_on_device) {
     low_vram_log().info(
         "frozen base: {} Linear/Conv2d weights quantized ({} for {}{}, {:.1f} MiB), {} tensors "
         "in bf16; LoRA and optimizer stay float32",
-        quantized_.size() - quantized_before, to_string(options_.base_qtype), model_.arch(),
+        quantized_.size() - quantized_before, to_string(options_.base_qtype),
+        config::to_string(model_.arch()),
         options_.encoder_qtype
             ? format(", {} for the text encoders", to_string(*options_.encoder_qtype))
             : std::string(),
@@ -320,7 +321,8 @@ void LowVramMode::stream_blocks() {
         }
     }
     low_vram_log().info(
-        "{} {} block layers stream their weights from the host{}", layers.size(), model_.arch(),
+        "{} {} block layers stream their weights from the host{}", layers.size(),
+        config::to_string(model_.arch()),
         prefetch_ ? format(" ({} layers copied ahead of use)", PrefetchingWeightSource::kDepth)
                   : std::string());
 }
@@ -354,7 +356,7 @@ void LowVramMode::unstream_blocks() {
         }
     }
     low_vram_log().info("{} {} block layers hold their weights on the device again",
-                        streamed_layers_.size(), model_.arch());
+                        streamed_layers_.size(), config::to_string(model_.arch()));
     streamed_layers_.clear();
     streamed_.clear();
     prefetch_.reset();
@@ -374,7 +376,8 @@ void LowVramMode::place_model(int level) {
         // Still host-resident: converted where it lies, and every copy placement makes keeps it.
         HostAllocations host;
         model_.set_channels_last(true);
-        low_vram_log().info("{} convolutions in channels-last memory format", model_.arch());
+        low_vram_log().info("{} convolutions in channels-last memory format",
+                            config::to_string(model_.arch()));
     }
     if (level >= 2) reduce_base(false);  // still host-resident: the device never sees float32
     // Streamed block weights never visit the device: loading must fit where training does, or

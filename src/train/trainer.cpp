@@ -132,18 +132,19 @@ class Trainer final : public guard::GuardedTarget {
 
 guard::PolicyContext Trainer::policy_context() const {
     guard::PolicyContext c;
-    // SD 1.x / SDXL and Flux are image models. Wan is a video model: its previews' frames and
-    // its training clips' frames are rungs, the first halving of the clips before any other
-    // step rung (the clip length the job asks for is the longest dataset's).
-    const ArchSpec* spec = find_arch_spec(process_.model.arch.value_or(""));
-    c.video = spec != nullptr && spec->video;
+    // A video model's (Wan's) previews' frames and training clips' frames are rungs, the first
+    // halving of the clips before any other step rung (the clip length the job asks for is the
+    // longest dataset's). An arch loom does not build has no row: no video, guided previews.
+    const config::ArchInfo* arch =
+        process_.choices.arch ? &config::arch_info(*process_.choices.arch) : nullptr;
+    c.video = arch != nullptr && arch->video;
     for (const config::DatasetConfig& d : process_.datasets)
         c.job_frames = std::max(c.job_frames, d.num_frames);
     c.low_vram_levels = LowVramMode::kLevels;
     c.host_threads = at::get_num_threads();
     const std::vector<PreviewRequest> requests = preview_requests(process_);
     c.prompt_count = requests.size();
-    c.guidance = (spec == nullptr || spec->cfg_previews) &&
+    c.guidance = (arch == nullptr || arch->guidance == config::GuidanceKind::kClassifierFree) &&
                  std::any_of(requests.begin(), requests.end(),
                              [](const PreviewRequest& r) { return r.guidance_scale > 1.0; });
     c.encoders_idle = TrainingData::encoders_can_idle(process_);
@@ -306,8 +307,8 @@ void Trainer::load() {
     model_->set_gradient_checkpointing(plan().gradient_checkpointing);
     const MemoryStats loaded = device_->stats();
     train_log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",
-                     process_.model.name_or_path, model_->arch(), loaded.to_string(),
-                     loaded.allocated);
+                     process_.model.name_or_path, config::to_string(model_->arch()),
+                     loaded.to_string(), loaded.allocated);
     lora_ = std::make_unique<LoRATraining>(process_, model_->denoiser(), model_->denoiser_kind(),
                                            *device_, seed());
 }
@@ -315,9 +316,10 @@ void Trainer::load() {
 void Trainer::prepare_data() {
     data_ = std::make_unique<TrainingData>(
         process_,
-        TrainingData::ModelFacts{static_cast<int>(model_->bucket_divisibility()),
-                                 static_cast<int>(model_->temporal_compression()),
-                                 process_.model.name_or_path + "|" + model_->arch()},
+        TrainingData::ModelFacts{
+            static_cast<int>(model_->bucket_divisibility()),
+            static_cast<int>(model_->temporal_compression()),
+            process_.model.name_or_path + "|" + config::to_string(model_->arch())},
         plan(), run_.root(), seed(), ranks());
     encoders_ = std::make_unique<TrainingEncoders>(*model_, *low_vram_, *device_, seed());
     if (process_.perf.cuda_graphs) {

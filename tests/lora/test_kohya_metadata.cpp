@@ -39,7 +39,7 @@ SafetensorsMetadata metadata_for(const std::string& optimizer) {
     const config::LoadedJob loaded = config::load_job_text(text, "job.yaml", options);
     KohyaTrainingFacts facts;
     facts.step = 10;
-    facts.arch = "sd1";
+    facts.arch = config::Arch::kSd1;
     return kohya_metadata(loaded.job, loaded.job.config.process.at(0), facts);
 }
 

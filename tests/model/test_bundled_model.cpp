@@ -17,7 +17,7 @@ const std::filesystem::path kModel = "datasets/loom-tiny-sd";
 
 TEST(BundledBaseModel, LoadsAsSd1) {
     const StableDiffusion sd = load_stable_diffusion(kModel);
-    EXPECT_EQ(sd.arch, "sd1");
+    EXPECT_EQ(sd.arch, config::Arch::kSd1);
     std::int64_t unet_params = 0;
     for (const auto& p : sd.unet->parameters()) unet_params += p.numel();
     EXPECT_GT(unet_params, 1'000'000);

@@ -80,7 +80,7 @@ void check_against_folder(const std::string& arch) {
     StableDiffusion sd =
         load_stable_diffusion_single_file(file, {}, cache_env(single_files() / "hub"));
     StableDiffusion folder = load_stable_diffusion(single_files() / (arch + "_folder"));
-    EXPECT_EQ(sd.arch, arch);
+    EXPECT_STREQ(config::to_string(sd.arch), arch.c_str());
     EXPECT_EQ(sd.folder.root, file);
     expect_same_unet_config(sd.unet->config(), folder.unet->config());
     expect_same_tensors(*sd.unet, *folder.unet, "unet");
@@ -141,9 +141,9 @@ TEST(SingleFile, LoadModelFamilyTakesTheFileAsTrainingDoes) {
     ASSERT_EQ(setenv("HF_HUB_CACHE", (single_files() / "hub").c_str(), 1), 0);
     const auto family = load_model_family(single_files() / "sdxl.safetensors");
     unsetenv("HF_HUB_CACHE");
-    EXPECT_EQ(family->arch(), "sdxl");
+    EXPECT_EQ(family->arch(), config::Arch::kSdxl);
     EXPECT_EQ(family->root(), single_files() / "sdxl.safetensors");
-    EXPECT_EQ(detect_single_file_arch(single_files() / "sd1.safetensors"), "sd1");
+    EXPECT_EQ(detect_single_file_arch(single_files() / "sd1.safetensors"), config::Arch::kSd1);
 }
 
 std::string error_of(const fs::path& file, const EnvironmentLookup& env) {

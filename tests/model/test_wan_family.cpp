@@ -97,7 +97,7 @@ TEST(WanPipelineParity, PreviewRequestsOfSeveralFramesGiveClips) {
 TEST(WanPipelineParity, TheFamilyEncodesImagesAsOneFrameClipsAndPredictsClips) {
     std::unique_ptr<ModelFamily> family = load_model_family(parity_dir() / "wan" / "pipeline");
     ASSERT_NE(dynamic_cast<WanFamily*>(family.get()), nullptr);
-    EXPECT_EQ(family->arch(), "wan21");
+    EXPECT_EQ(family->arch(), config::Arch::kWan21);
     EXPECT_EQ(family->denoiser_kind(), DenoiserKind::kWanTransformer);
     EXPECT_EQ(family->objective_kind(), ObjectiveKind::kFlowMatch);
     EXPECT_DOUBLE_EQ(family->flow_match().shift, 3.0);

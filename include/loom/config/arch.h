@@ -1,30 +1,76 @@
 #pragma once
 
-// Model architecture names of the ai-toolkit schema (`model.arch`, and the legacy is_* flags),
-// and which of them loom trains. Pure data: the model layer's registry implements the trainable
-// ones and a test keeps the two lists in step.
+// The model architectures: every `model.arch` string of the ai-toolkit schema (and its legacy
+// is_* flags), and, for the ones loom builds, one table row each with everything the layers
+// above need to know about an arch. A job's arch string is turned into an `Arch` once, when the
+// job is resolved (config::Choices::arch), and a model folder's pipeline class once, when it is
+// read; past those two boundaries code switches over the enum or reads the row, so a new arch
+// is one row here and its family's folder (docs/ARCHITECTURE.md "Adding a model family").
+//
+// Plain C++, no torch: llama.cpp's llm_arch table and its predicates, as data.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace loom::config {
 
-struct ArchName {
-    const char* name;
-    bool trainable;  // loom can train a LoRA for it
-    // A video model loom trains: datasets may hold clips, whose frame counts are 1 + 4k (Wan's
-    // VAE compresses 4 frames into one after the first).
-    bool video = false;
+// The archs loom builds (loads, and trains where the row says so).
+enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21 };
+
+// The family implementation an arch is trained through (model/family.h).
+enum class FamilyKind { kStableDiffusion, kFlux, kWan };
+
+// How previews are guided: a classifier-free pass beside the conditional one (a guidance scale
+// above 1 doubles the sampling batch), or a distilled guidance embedding (Flux.1: one pass).
+enum class GuidanceKind { kClassifierFree, kDistilledEmbedding };
+
+struct ArchInfo {
+    Arch arch;
+    const char* name;          // the job's model.arch: "sd1", "flux"
+    const char* display_name;  // for messages: "Stable Diffusion 1.x", "Flux.1"
+    FamilyKind family;
+    const char* pipeline_class;  // model_index.json's _class_name for a diffusers folder
+    bool trainable;              // loom trains a LoRA for it
+    // A video model: datasets may hold clips, whose frame counts are 1 + 4k (Wan's VAE
+    // compresses 4 frames into one after the first), and frames are the ladder's first rungs.
+    bool video;
+    int64_t bucket_divisibility;  // image sides are multiples of this (ai-toolkit: 16 for SD)
+    bool two_text_encoders;       // SDXL: CLIP L and OpenCLIP bigG
+    GuidanceKind guidance;
+    // Trained with flow matching (rectified flow, the Euler sampler) rather than DDPM.
+    bool flow_matching;
+    // The LoRA file's kohya-style metadata (ss_base_model_version, ss_network_module).
+    const char* kohya_base_model;
+    const char* kohya_network_module;
+    // The component name of its PEFT-layout LoRA keys ("unet.<path>.lora_A",
+    // "transformer.<path>.lora_A").
+    const char* lora_prefix;
 };
 
-// Every arch string ai-toolkit accepts.
-const std::vector<ArchName>& known_archs();
+// "Stable Diffusion", "Flux", "Wan": for messages that speak of the family.
+const char* to_string(FamilyKind family);
 
-// nullptr when `name` is not an ai-toolkit arch.
-const ArchName* find_arch(std::string_view name);
+// One row per Arch, in the enum's order.
+const std::vector<ArchInfo>& arch_table();
+const ArchInfo& arch_info(Arch arch);
+// The row's name: "sd1", "flux".
+const char* to_string(Arch arch);
 
-// Names of the trainable archs, comma-separated, for messages.
+// The Arch whose name is `name`; nullopt for every other string (including the ai-toolkit archs
+// loom does not build).
+std::optional<Arch> find_arch(std::string_view name);
+// Whether `name` is one of ai-toolkit's arch strings, built by loom or not.
+bool is_ai_toolkit_arch(std::string_view name);
+// The family's archs whose diffusers pipeline class is `pipeline_class`, in table order (SD 1.x
+// and 2.x share StableDiffusionPipeline: the caller tells them apart by the text encoder).
+std::vector<Arch> archs_of_pipeline(std::string_view pipeline_class);
+
+// The trainable archs' names, comma-separated, for messages.
 std::string trainable_arch_list();
+// The pipeline classes loom loads, comma-separated, for messages.
+std::string pipeline_class_list();
 
 }  // namespace loom::config

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "loom/config/arch.h"
+
 namespace loom::config {
 
 // train.dtype as loom computes: bf16/bfloat16 train in bf16; fp32 and every value loom does not
@@ -49,6 +51,9 @@ struct Choices {
     PreviewSampler sampler = PreviewSampler::kDdpm;
     LoRAKeyLayout lora_layout = LoRAKeyLayout::kKohya;
     ReuseStable reuse_stable = ReuseStable::kAuto;
+    // model.arch (after the legacy flags): set when it is an arch loom builds, nullopt for the
+    // ai-toolkit archs loom does not (the loader has warned that loom cannot train them).
+    std::optional<Arch> arch;
     // Whether the job has a network section: without one ai-toolkit fine-tunes the whole model,
     // which loom does not do (it trains a LoRA with the section's defaults and says so).
     bool network_given = true;

@@ -13,9 +13,9 @@
 namespace loom {
 
 struct KohyaTrainingFacts {
-    std::int64_t step = 0;                // steps trained when the file is written
-    std::string arch;                     // the loaded model's arch ("sd1", "sdxl")
-    bool gradient_checkpointing = false;  // the plan's, which may differ from the job's
+    std::int64_t step = 0;                   // steps trained when the file is written
+    config::Arch arch = config::Arch::kSd1;  // the loaded model's arch
+    bool gradient_checkpointing = false;     // the plan's, which may differ from the job's
 };
 
 // The metadata of a LoRA file saved at `facts.step` of `process` (an entry of `job`).

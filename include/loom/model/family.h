@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/arch.h"
 #include "loom/model/flow_match.h"
 #include "loom/model/noise_schedule.h"
 #include "loom/model/preview_sampler.h"
@@ -49,8 +50,8 @@ class ModelFamily {
   public:
     virtual ~ModelFamily() = default;
 
-    // "sd1", "sd2", "sdxl", "flux" (the arch registry's name, stable_diffusion.h).
-    virtual const std::string& arch() const = 0;
+    // The arch it was loaded as (its row in config/arch.h's table).
+    virtual config::Arch arch() const = 0;
     virtual const std::filesystem::path& root() const = 0;
 
     // --- components ---
@@ -69,8 +70,8 @@ class ModelFamily {
     virtual bool predict_is_capturable() const = 0;
 
     // --- data ---
-    // Image sides (buckets) are multiples of this.
-    virtual int64_t bucket_divisibility() const = 0;
+    // Image sides (buckets) are multiples of this: the arch's row says.
+    int64_t bucket_divisibility() const { return config::arch_info(arch()).bucket_divisibility; }
     // A clip's frame counts are 1 + k times this (its VAE's temporal compression: Wan 4); image
     // families see only one-frame items.
     virtual int64_t temporal_compression() const { return 1; }

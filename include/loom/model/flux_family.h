@@ -23,12 +23,11 @@ class FluxFamily final : public ModelFamily {
     // The distilled guidance scale a dev transformer sees in training.
     static constexpr double kTrainingGuidance = 1.0;
 
-    FluxFamily(FluxModel model, std::string arch)
-        : model_(std::move(model)), arch_(std::move(arch)) {}
+    FluxFamily(FluxModel model, config::Arch arch) : model_(std::move(model)), arch_(arch) {}
 
     FluxModel& model() { return model_; }
 
-    const std::string& arch() const override { return arch_; }
+    config::Arch arch() const override { return arch_; }
     const std::filesystem::path& root() const override { return model_.folder.root; }
     DenoiserKind denoiser_kind() const override { return DenoiserKind::kFluxTransformer; }
     torch::nn::Module& denoiser() override { return *model_.transformer; }
@@ -39,7 +38,6 @@ class FluxFamily final : public ModelFamily {
     // The rotary tables are compared with the last ids on the host (flux_transformer.h).
     bool predict_is_capturable() const override { return false; }
 
-    int64_t bucket_divisibility() const override;
     LatentDistribution encode_pixels(const at::Tensor& pixels) override;
     at::Tensor training_latents(const at::Tensor& z) const override;
     at::ScalarType vae_dtype() override;
@@ -58,7 +56,7 @@ class FluxFamily final : public ModelFamily {
 
   private:
     FluxModel model_;
-    std::string arch_;
+    config::Arch arch_;
 };
 
 }  // namespace loom

@@ -17,7 +17,7 @@ class StableDiffusionFamily final : public ModelFamily {
 
     StableDiffusion& model() { return model_; }
 
-    const std::string& arch() const override { return model_.arch; }
+    config::Arch arch() const override { return model_.arch; }
     const std::filesystem::path& root() const override { return model_.folder.root; }
     DenoiserKind denoiser_kind() const override { return DenoiserKind::kUNet; }
     torch::nn::Module& denoiser() override { return *model_.unet; }
@@ -27,7 +27,6 @@ class StableDiffusionFamily final : public ModelFamily {
     void set_channels_last(bool on) override;
     bool predict_is_capturable() const override { return true; }
 
-    int64_t bucket_divisibility() const override;
     LatentDistribution encode_pixels(const at::Tensor& pixels) override;
     at::Tensor training_latents(const at::Tensor& z) const override;
     at::ScalarType vae_dtype() override;

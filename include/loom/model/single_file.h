@@ -29,10 +29,10 @@ bool is_single_file_checkpoint(const std::filesystem::path& path);
 
 // The hub repos whose tokenizer(s) and scheduler a single file of `arch` uses, in the order
 // tried.
-const std::vector<std::string>& single_file_config_repos(const std::string& arch);
+const std::vector<std::string>& single_file_config_repos(config::Arch arch);
 
-// The kind of a single file: "sd1", "sd2" or "sdxl". FormatError naming the file otherwise.
-std::string detect_single_file_arch(const std::filesystem::path& file);
+// The kind of a single file: SD 1.x, 2.x or SDXL. FormatError naming the file otherwise.
+config::Arch detect_single_file_arch(const std::filesystem::path& file);
 
 // Loads a single-file SD 1.x or SDXL checkpoint: components in `options.dtype`, in eval mode;
 // `folder.root` is the file. FormatError naming the file for another kind of file (a pickle

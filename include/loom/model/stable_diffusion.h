@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/arch.h"
 #include "loom/model/autoencoder_kl.h"
 #include "loom/model/clip_text_model.h"
 #include "loom/model/clip_tokenizer.h"
@@ -19,28 +20,13 @@
 
 namespace loom {
 
-// Registry entry of an architecture loom implements (config/arch.h names every ai-toolkit arch).
-struct ArchSpec {
-    const char* name;            // "sd1", "sdxl"
-    const char* pipeline_class;  // model_index.json _class_name
-    bool two_text_encoders;
-    int64_t bucket_divisibility;  // image sides are multiples of this (ai-toolkit: 16 for SD)
-    bool trainable;
-    // Previews run a classifier-free pass beside the conditional one (a guidance scale above 1
-    // doubles the sampling batch); Flux.1's distilled guidance is an embedding instead.
-    bool cfg_previews;
-    // A video model: clips have frames, and frames are the ladder's first rungs (Wan).
-    bool video = false;
-};
-
-const std::vector<ArchSpec>& arch_registry();
-const ArchSpec* find_arch_spec(const std::string& name);
-
-// "sd1", "sd2" or "sdxl" from the pipeline class and the text encoder's width.
-std::string detect_arch(const DiffusersFolder& folder);
+// The arch of a diffusers folder, from its pipeline class (config/arch.h's table) and, for
+// StableDiffusionPipeline, the text encoder's width (1024: SD 2.x). FormatError naming
+// model_index.json for a pipeline class loom does not load.
+config::Arch detect_arch(const DiffusersFolder& folder);
 
 struct StableDiffusion {
-    std::string arch;
+    config::Arch arch = config::Arch::kSd1;
     DiffusersFolder folder;
     UNet2DConditionModel unet{nullptr};
     AutoencoderKL vae{nullptr};

@@ -21,12 +21,11 @@ class WanFamily final : public ModelFamily {
   public:
     static constexpr std::size_t kMaxSequenceLength = 512;
 
-    WanFamily(WanModel model, std::string arch)
-        : model_(std::move(model)), arch_(std::move(arch)) {}
+    WanFamily(WanModel model, config::Arch arch) : model_(std::move(model)), arch_(arch) {}
 
     WanModel& model() { return model_; }
 
-    const std::string& arch() const override { return arch_; }
+    config::Arch arch() const override { return arch_; }
     const std::filesystem::path& root() const override { return model_.folder.root; }
     DenoiserKind denoiser_kind() const override { return DenoiserKind::kWanTransformer; }
     torch::nn::Module& denoiser() override { return *model_.transformer; }
@@ -38,7 +37,6 @@ class WanFamily final : public ModelFamily {
     // The RoPE tables are built per call from the clip's shape on the host.
     bool predict_is_capturable() const override { return false; }
 
-    int64_t bucket_divisibility() const override;
     int64_t temporal_compression() const override;
     LatentDistribution encode_pixels(const at::Tensor& pixels) override;
     at::Tensor training_latents(const at::Tensor& z) const override;
@@ -59,7 +57,7 @@ class WanFamily final : public ModelFamily {
 
   private:
     WanModel model_;
-    std::string arch_;
+    config::Arch arch_;
 };
 
 }  // namespace loom

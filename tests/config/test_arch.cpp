@@ -1,0 +1,85 @@
+// The arch table (config/arch.h): one row per Arch in the enum's order, names that round-trip,
+// the ai-toolkit names loom does not build recognised but not found, and the rows' facts that
+// the layers above read instead of comparing arch strings.
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "loom/config/arch.h"
+#include "loom/config/load.h"
+
+namespace loom::config {
+namespace {
+
+TEST(ArchTable, OneRowPerArchInTheEnumsOrderAndNamesRoundTrip) {
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < arch_table().size(); ++i) {
+        const ArchInfo& row = arch_table()[i];
+        EXPECT_EQ(static_cast<std::size_t>(row.arch), i) << row.name;
+        EXPECT_EQ(&arch_info(row.arch), &row);
+        EXPECT_EQ(find_arch(row.name), row.arch);
+        EXPECT_STREQ(to_string(row.arch), row.name);
+        EXPECT_TRUE(is_ai_toolkit_arch(row.name)) << row.name << " is not an ai-toolkit arch";
+        EXPECT_TRUE(names.insert(row.name).second) << row.name << " twice";
+        EXPECT_GT(row.bucket_divisibility, 0) << row.name;
+    }
+}
+
+TEST(ArchTable, AiToolkitArchsLoomDoesNotBuildAreKnownButHaveNoRow) {
+    for (const char* name :
+         {"sd3", "chroma", "wan22_14b", "qwen_image", "zimage", "flux_kontext"}) {
+        EXPECT_TRUE(is_ai_toolkit_arch(name)) << name;
+        EXPECT_FALSE(find_arch(name).has_value()) << name;
+    }
+    EXPECT_FALSE(is_ai_toolkit_arch("sdxxl"));
+    EXPECT_FALSE(find_arch("sdxxl").has_value());
+}
+
+TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
+    EXPECT_TRUE(arch_info(Arch::kSdxl).two_text_encoders);
+    EXPECT_FALSE(arch_info(Arch::kSd1).two_text_encoders);
+    const ArchInfo& flux = arch_info(Arch::kFlux);
+    EXPECT_TRUE(flux.trainable);
+    EXPECT_EQ(flux.bucket_divisibility, 32);  // ai-toolkit's Flux divisibility
+    EXPECT_EQ(flux.guidance, GuidanceKind::kDistilledEmbedding);
+    EXPECT_EQ(flux.family, FamilyKind::kFlux);
+    EXPECT_TRUE(arch_info(Arch::kWan21).video);
+    EXPECT_FALSE(arch_info(Arch::kSdxl).video);
+    EXPECT_FALSE(arch_info(Arch::kSd2).trainable);
+    EXPECT_STREQ(arch_info(Arch::kSd1).lora_prefix, "unet");
+    EXPECT_STREQ(arch_info(Arch::kWan21).lora_prefix, "transformer");
+    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21");
+}
+
+TEST(ArchTable, PipelineClassesMapToTheirArchs) {
+    EXPECT_EQ(archs_of_pipeline("FluxPipeline"), std::vector<Arch>{Arch::kFlux});
+    // SD 1.x and 2.x share a pipeline class; the loader tells them apart by the text encoder.
+    EXPECT_EQ(archs_of_pipeline("StableDiffusionPipeline"),
+              (std::vector<Arch>{Arch::kSd1, Arch::kSd2}));
+    EXPECT_TRUE(archs_of_pipeline("QwenImagePipeline").empty());
+    EXPECT_EQ(pipeline_class_list(),
+              "StableDiffusionPipeline, StableDiffusionXLPipeline, FluxPipeline, WanPipeline");
+}
+
+// The loader resolves model.arch once: Choices::arch is the row's Arch for an arch loom builds,
+// nullopt for one it does not, and legacy flags resolve the same way.
+TEST(ArchTable, TheLoaderResolvesTheJobsArchOnce) {
+    auto arch_of = [](const std::string& model) {
+        const std::string yaml =
+            "job: extension\nconfig:\n  name: a\n  process:\n    - type: sd_trainer\n"
+            "      training_folder: out\n"
+            "      datasets: [{folder_path: /data}]\n      model: " +
+            model + "\n";
+        return load_job_text(yaml, "arch.yaml").job.config.process.at(0).choices.arch;
+    };
+    EXPECT_EQ(arch_of("{name_or_path: m, arch: flux}"), Arch::kFlux);
+    EXPECT_EQ(arch_of("{name_or_path: m, is_xl: true}"), Arch::kSdxl);
+    EXPECT_EQ(arch_of("{name_or_path: m}"), Arch::kSd1);
+    EXPECT_EQ(arch_of("{name_or_path: m, arch: 'wan21:14b'}"), Arch::kWan21);
+    EXPECT_FALSE(arch_of("{name_or_path: m, arch: chroma}").has_value());
+}
+
+}  // namespace
+}  // namespace loom::config
