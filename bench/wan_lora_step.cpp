@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     loom::LoRANetworkOptions options;
     options.linear.rank = rank;
     options.linear.alpha = static_cast<double>(rank);
-    options.rules.model = loom::LoRAModel::kWanTransformer;
+    options.rules.model = loom::lora_model_of(loom::config::Arch::kWan21);
     loom::LoRANetwork network = loom::LoRANetwork::inject(*model, options);
     network.set_training(true);
     loom::AdamWOptions adam;

@@ -1,7 +1,9 @@
 // loom sample --model DIR [--lora FILE] --prompt TEXT ...: images from a model, optionally with
-// a LoRA (kohya or PEFT layout; a Flux LoRA in ai-toolkit's PEFT layout), written as PNGs. SD 1.x
-// and SDXL folders sample with DDIM or Euler and classifier-free guidance, FluxPipeline folders as
-// the Flux pipeline does (flow-matching Euler, the distilled guidance, no negative prompt).
+// a LoRA (kohya or PEFT layout; a transformer's in ai-toolkit's PEFT layout), written as PNGs.
+// Any family loom loads samples through the seam (model/family.h) as its pipeline does: SD 1.x
+// and SDXL with DDIM or Euler and classifier-free guidance, Flux with flow-matching Euler and the
+// distilled guidance (no negative prompt), Wan with flow-matching Euler and classifier-free
+// guidance (each image a one-frame clip).
 
 #include <ATen/ATen.h>
 
@@ -16,13 +18,10 @@
 #include "loom/core/logging.h"
 #include "loom/data/image.h"
 #include "loom/device/device.h"
+#include "loom/device/host_memory.h"
 #include "loom/lora/lora_file.h"
-#include "loom/model/flux_model.h"
-#include "loom/model/flux_preview_sampler.h"
+#include "loom/model/family.h"
 #include "loom/model/model_location.h"
-#include "loom/model/preview_sampler.h"
-#include "loom/model/single_file.h"
-#include "loom/model/wan_preview_sampler.h"
 #include "options.h"
 
 namespace loom::cli {
@@ -68,75 +67,29 @@ void to_device(const std::vector<torch::nn::Module*>& modules, const Device& dev
     }
 }
 
-std::vector<at::Tensor> sample_sd(const std::filesystem::path& model_dir,
-                                  const cxxopts::ParseResult& parsed,
-                                  const std::vector<PreviewRequest>& requests,
-                                  const Device& device) {
-    StableDiffusion model = load_stable_diffusion(model_dir);
-    to_device({model.unet.get(), model.vae.get(), model.text_encoder.get()}, device);
-    std::optional<LoRANetwork> lora;
-    if (parsed.count("lora")) {
-        lora.emplace(load_lora_network(*model.unet, parsed["lora"].as<std::string>()));
-        lora->set_multiplier(parsed["lora-scale"].as<double>());
-    }
+// The options the family's sampler takes from the command line; a flag that does not apply to
+// the arch is a UsageError (or, for --neg without a classifier-free pass, a warning).
+PreviewOptions preview_options(const cxxopts::ParseResult& parsed, const config::ArchInfo& arch) {
     PreviewOptions po;
-    po.sampler = config::preview_sampler_of(parsed["sampler"].as<std::string>(), "--sampler");
-    return generate_previews(model, requests, po, device.torch_device());
-}
-
-std::vector<at::Tensor> sample_flux(const std::filesystem::path& model_dir,
-                                    const cxxopts::ParseResult& parsed,
-                                    const std::vector<PreviewRequest>& requests,
-                                    const Device& device) {
-    if (parsed.count("sampler")) {
-        throw UsageError(
-            "loom sample: --sampler does not apply to Flux, which samples with the "
-            "flow-matching Euler sampler");
+    if (arch.flow_matching) {
+        if (parsed.count("sampler")) {
+            throw UsageError(std::string("loom sample: --sampler does not apply to ") +
+                             arch.display_name +
+                             ", which samples with the flow-matching Euler sampler");
+        }
+    } else {
+        po.sampler = config::preview_sampler_of(parsed["sampler"].as<std::string>(), "--sampler");
     }
     const long long tokens = parsed["max-sequence-length"].as<long long>();
     if (tokens < 1) throw UsageError("loom sample: --max-sequence-length must be at least 1");
-    if (!parsed["neg"].as<std::string>().empty()) {
+    po.max_sequence_length = static_cast<std::size_t>(tokens);
+    if (arch.guidance == config::GuidanceKind::kDistilledEmbedding &&
+        !parsed["neg"].as<std::string>().empty()) {
         logger("sample").warn(
-            "Flux.1 has no negative prompt (no classifier-free pass); --neg is "
-            "not used");
+            "{} has no negative prompt (no classifier-free pass); --neg is not used",
+            arch.display_name);
     }
-    FluxModel model = load_flux(model_dir);
-    to_device({model.transformer.get(), model.vae.get(), model.text_encoder.get(),
-               model.text_encoder_2.get()},
-              device);
-    std::optional<LoRANetwork> lora;
-    if (parsed.count("lora")) {
-        lora.emplace(load_lora_network(*model.transformer, parsed["lora"].as<std::string>(),
-                                       LoRAModel::kFluxTransformer));
-        lora->set_multiplier(parsed["lora-scale"].as<double>());
-    }
-    return generate_flux_previews(model, requests, PreviewOptions{}, device.torch_device(),
-                                  static_cast<std::size_t>(tokens));
-}
-
-// Wan 2.1: the flow-matching Euler sampler with classifier-free guidance (--neg is the negative
-// prompt); each image is a one-frame clip.
-std::vector<at::Tensor> sample_wan(const std::filesystem::path& model_dir,
-                                   const cxxopts::ParseResult& parsed,
-                                   const std::vector<PreviewRequest>& requests,
-                                   const Device& device) {
-    if (parsed.count("sampler")) {
-        throw UsageError(
-            "loom sample: --sampler does not apply to Wan, which samples with the "
-            "flow-matching Euler sampler");
-    }
-    const long long tokens = parsed["max-sequence-length"].as<long long>();
-    if (tokens < 1) throw UsageError("loom sample: --max-sequence-length must be at least 1");
-    WanModel model = load_wan(model_dir);
-    to_device({model.transformer.get(), model.vae.get(), model.text_encoder.get()}, device);
-    std::optional<LoRANetwork> lora;
-    if (parsed.count("lora")) {
-        lora.emplace(load_lora_network(*model.transformer, parsed["lora"].as<std::string>(),
-                                       LoRAModel::kWanTransformer));
-        lora->set_multiplier(parsed["lora-scale"].as<double>());
-    }
-    return generate_wan_previews(model, requests, PreviewOptions{}, device.torch_device(),
-                                 static_cast<std::size_t>(tokens));
+    return po;
 }
 
 int run_sample(const std::vector<std::string>& args) {
@@ -149,9 +102,14 @@ int run_sample(const std::vector<std::string>& args) {
     if (parsed.count("vram")) vram = parse_byte_size(parsed["vram"].as<std::string>());
     auto device = open_device(parse_device_spec(parsed["device"].as<std::string>()), vram);
     const std::filesystem::path model_dir = locate_model(parsed["model"].as<std::string>());
-    const bool folder = !is_single_file_checkpoint(model_dir);
-    const bool flux = folder && is_flux_pipeline(read_diffusers_folder(model_dir));
-    const bool wan = folder && is_wan_pipeline(read_diffusers_folder(model_dir));
+    // Weights are read into host memory, then moved whole to the device.
+    std::unique_ptr<ModelFamily> model;
+    {
+        HostAllocations host;
+        model = load_model_family(model_dir);
+    }
+    const config::ArchInfo& arch = config::arch_info(model->arch());
+    const PreviewOptions po = preview_options(parsed, arch);
     std::vector<PreviewRequest> requests;
     const auto prompts = parsed["prompt"].as<std::vector<std::string>>();
     for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -162,10 +120,8 @@ int run_sample(const std::vector<std::string>& args) {
         r.steps = parsed["steps"].as<long long>();
         r.width = parsed["width"].as<long long>();
         r.height = parsed["height"].as<long long>();
-        r.guidance_scale = parsed.count("guidance") ? parsed["guidance"].as<double>()
-                                                    : (flux  ? 3.5
-                                                       : wan ? 5.0
-                                                             : 7.0);  // the pipelines' defaults
+        r.guidance_scale =
+            parsed.count("guidance") ? parsed["guidance"].as<double>() : arch.sample_guidance;
         if (r.steps < 1 || r.width < 8 || r.height < 8) {
             throw UsageError(
                 "loom sample: --steps must be at least 1 and --width/--height at "
@@ -173,9 +129,16 @@ int run_sample(const std::vector<std::string>& args) {
         }
         requests.push_back(r);
     }
-    const std::vector<at::Tensor> images = flux  ? sample_flux(model_dir, parsed, requests, *device)
-                                           : wan ? sample_wan(model_dir, parsed, requests, *device)
-                                                 : sample_sd(model_dir, parsed, requests, *device);
+    std::vector<torch::nn::Module*> modules = model->encoders();
+    modules.push_back(&model->denoiser());
+    to_device(modules, *device);
+    std::optional<LoRANetwork> lora;
+    if (parsed.count("lora")) {
+        lora.emplace(load_lora_network(model->denoiser(), parsed["lora"].as<std::string>(),
+                                       lora_model_of(model->arch())));
+        lora->set_multiplier(parsed["lora-scale"].as<double>());
+    }
+    const std::vector<at::Tensor> images = model->sample(requests, po, device->torch_device());
     const std::filesystem::path out = parsed["out"].as<std::string>();
     std::filesystem::create_directories(out);
     for (std::size_t i = 0; i < images.size(); ++i) {

@@ -66,12 +66,12 @@ const std::vector<ArchInfo>& arch_table() {
     using G = GuidanceKind;
     // clang-format off
     static const std::vector<ArchInfo> kTable = {
-        // arch          name     display name            family              pipeline class               train  video  bucket two TE  guidance                flow   kohya base model   kohya network module   LoRA prefix
-        {Arch::kSd1,   "sd1",   "Stable Diffusion 1.x", F::kStableDiffusion, "StableDiffusionPipeline",   true,  false, 16,    false, G::kClassifierFree,     false, "sd_v1",           "networks.lora",       "unet"},
-        {Arch::kSd2,   "sd2",   "Stable Diffusion 2.x", F::kStableDiffusion, "StableDiffusionPipeline",   false, false, 16,    false, G::kClassifierFree,     false, "sd_v2",           "networks.lora",       "unet"},
-        {Arch::kSdxl,  "sdxl",  "Stable Diffusion XL",  F::kStableDiffusion, "StableDiffusionXLPipeline", true,  false, 16,    true,  G::kClassifierFree,     false, "sdxl_base_v1-0",  "networks.lora",       "unet"},
-        {Arch::kFlux,  "flux",  "Flux.1",               F::kFlux,            "FluxPipeline",              true,  false, 32,    true,  G::kDistilledEmbedding, true,  "flux1",           "networks.lora_flux",  "transformer"},
-        {Arch::kWan21, "wan21", "Wan 2.1",              F::kWan,             "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     true,  "wan_2.1",         "networks.lora_wan",   "transformer"},
+        // arch          name     display name            family              pipeline class               train  video  bucket two TE  guidance               scale flow   kohya base model   kohya network module   LoRA prefix
+        {Arch::kSd1,   "sd1",   "Stable Diffusion 1.x", F::kStableDiffusion, "StableDiffusionPipeline",   true,  false, 16,    false, G::kClassifierFree,     7.0, false, "sd_v1",           "networks.lora",       "unet"},
+        {Arch::kSd2,   "sd2",   "Stable Diffusion 2.x", F::kStableDiffusion, "StableDiffusionPipeline",   false, false, 16,    false, G::kClassifierFree,     7.0, false, "sd_v2",           "networks.lora",       "unet"},
+        {Arch::kSdxl,  "sdxl",  "Stable Diffusion XL",  F::kStableDiffusion, "StableDiffusionXLPipeline", true,  false, 16,    true,  G::kClassifierFree,     7.0, false, "sdxl_base_v1-0",  "networks.lora",       "unet"},
+        {Arch::kFlux,  "flux",  "Flux.1",               F::kFlux,            "FluxPipeline",              true,  false, 32,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer"},
+        {Arch::kWan21, "wan21", "Wan 2.1",              F::kWan,             "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     5.0, true,  "wan_2.1",         "networks.lora_wan",   "transformer"},
     };
     // clang-format on
     return kTable;

@@ -47,12 +47,12 @@ LoRAFileLayout parse_lora_layout(const std::string& text) {
 
 void save_lora(const LoRANetwork& network, const std::filesystem::path& path, LoRAFileLayout layout,
                at::ScalarType dtype, SafetensorsMetadata metadata) {
-    if (layout == LoRAFileLayout::kKohya && network.target_model() != LoRAModel::kUNet) {
-        throw Error(
-            "a Flux LoRA is saved in the PEFT layout (transformer.<module>.lora_A/B), as "
-            "ai-toolkit saves it; the kohya layout is for SD 1.x / SDXL UNets");
+    const std::string prefix = network.target_model().file_prefix;
+    if (layout == LoRAFileLayout::kKohya && !network.target_model().has_kohya_keys()) {
+        throw Error("a transformer LoRA is saved in the PEFT layout (" + prefix +
+                    ".<module>.lora_A/B), as ai-toolkit saves it; the kohya layout is for SD 1.x "
+                    "/ SDXL UNets");
     }
-    const std::string prefix = lora_file_prefix(network.target_model());
     NamedTensors tensors;
     nlohmann::json targets = nlohmann::json::array();
     std::map<int64_t, std::size_t> rank_counts;
@@ -98,9 +98,10 @@ void save_lora(const LoRANetwork& network, const std::filesystem::path& path, Lo
 }
 
 LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path,
-                              LoRAModel target_model) {
+                              const LoRAModel& target_model) {
     const NamedTensors tensors = read_all_tensors(path);
-    const std::string peft_prefix = std::string(lora_file_prefix(target_model)) + ".";
+    const std::string peft_prefix = target_model.file_prefix + ".";
+    const bool unet = target_model.has_kohya_keys();
     std::map<std::string, std::string> by_kohya;  // kohya stem -> module path
     for (const auto& item : model.named_modules("", false))
         by_kohya[kohya_name(item.key())] = item.key();
@@ -111,7 +112,7 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
             if (!ends_with(key, suffix)) continue;
             const std::string stem = key.substr(0, key.size() - std::strlen(suffix));
             std::string module_path;
-            if (target_model == LoRAModel::kUNet && starts_with(stem, "lora_unet_")) {
+            if (unet && starts_with(stem, "lora_unet_")) {
                 auto it = by_kohya.find(stem);
                 if (it == by_kohya.end()) {
                     throw FormatError(path.string(), "'" + key + "' names no module of this model");
@@ -119,14 +120,13 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
                 module_path = it->second;
             } else if (starts_with(stem, peft_prefix)) {
                 module_path = stem.substr(peft_prefix.size());
-            } else if (target_model == LoRAModel::kUNet) {
+            } else if (unet) {
                 throw FormatError(path.string(), "'" + key +
                                                      "' is neither a kohya (lora_unet_...) "
                                                      "nor a PEFT (unet....) UNet LoRA key");
             } else {
-                throw FormatError(path.string(), "'" + key +
-                                                     "' is not a Flux transformer LoRA key "
-                                                     "(transformer.<module>.lora_A.weight)");
+                throw FormatError(path.string(), "'" + key + "' is not a transformer LoRA key (" +
+                                                     peft_prefix + "<module>.lora_A.weight)");
             }
             LoRAOptions o;
             o.rank = tensor.size(0);
@@ -142,9 +142,8 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
         }
     }
     if (per_module.empty()) {
-        throw FormatError(path.string(), target_model == LoRAModel::kUNet
-                                             ? "holds no UNet LoRA weights"
-                                             : "holds no Flux transformer LoRA weights");
+        throw FormatError(path.string(), unet ? "holds no UNet LoRA weights"
+                                              : "holds no transformer LoRA weights");
     }
     LoRANetwork network = LoRANetwork::attach_at(model, per_module, target_model);
     load_lora(network, path);
@@ -154,11 +153,11 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
 LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path) {
     const NamedTensors tensors = read_all_tensors(path);
     LoRALoadReport report;
-    const bool kohya = network.target_model() == LoRAModel::kUNet &&
+    const bool kohya = network.target_model().has_kohya_keys() &&
                        std::any_of(tensors.begin(), tensors.end(), [](const auto& t) {
                            return starts_with(t.first, "lora_unet_");
                        });
-    const std::string peft_prefix = std::string(lora_file_prefix(network.target_model())) + ".";
+    const std::string peft_prefix = network.target_model().file_prefix + ".";
     report.layout = kohya ? LoRAFileLayout::kKohya : LoRAFileLayout::kPeft;
 
     // Module path by the name the file uses for it. kohya names replace '.' with '_', so they are

@@ -58,7 +58,7 @@ LoRANetwork LoRANetwork::inject(torch::nn::Module& model, const LoRANetworkOptio
 
 LoRANetwork LoRANetwork::attach_at(torch::nn::Module& model,
                                    const std::map<std::string, LoRAOptions>& per_module,
-                                   LoRAModel target_model) {
+                                   const LoRAModel& target_model) {
     LoRANetwork net;
     net.target_model_ = target_model;
     std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "loom/model/family_registry.h"
+
 namespace loom {
 
 namespace {
@@ -31,15 +33,11 @@ bool is_unet_target(const std::string& path, LayerKind kind, const TargetRules& 
     return in_transformer_2d(path) || (rules.conv && in_resnet_or_sampler(path));
 }
 
-bool is_flux_block_linear(const std::string& path) {
-    return path.rfind("transformer_blocks.", 0) == 0 ||
-           path.rfind("single_transformer_blocks.", 0) == 0;
-}
-
 }  // namespace
 
-const char* lora_file_prefix(LoRAModel model) {
-    return model == LoRAModel::kUNet ? "unet" : "transformer";
+LoRAModel lora_model_of(config::Arch arch) {
+    const config::ArchInfo& row = config::arch_info(arch);
+    return {family_entry(row.family).blocks(), row.lora_prefix};
 }
 
 std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name) {
@@ -50,14 +48,11 @@ std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name) {
 
 bool is_lora_target(const std::string& path, LayerKind kind, const TargetRules& rules) {
     bool selected = false;
-    switch (rules.model) {
-        case LoRAModel::kFluxTransformer:
-            selected = kind == LayerKind::kLinear && is_flux_block_linear(path);
+    switch (rules.model.blocks.lora_targeting) {
+        case LoRATargeting::kBlockLinears:
+            selected = kind == LayerKind::kLinear && rules.model.blocks.contains(path);
             break;
-        case LoRAModel::kWanTransformer:
-            selected = kind == LayerKind::kLinear && path.rfind("blocks.", 0) == 0;
-            break;
-        case LoRAModel::kUNet: selected = is_unet_target(path, kind, rules); break;
+        case LoRATargeting::kUNetModuleSets: selected = is_unet_target(path, kind, rules); break;
     }
     if (!selected) return false;
     if (!rules.only_if_contains.empty() && !contains_any(path, rules.only_if_contains))

@@ -1,33 +1,42 @@
 #include "loom/model/family.h"
 
+#include "loom/core/error.h"
+#include "loom/model/family_registry.h"
 #include "loom/model/flux_family.h"
 #include "loom/model/sd_family.h"
 #include "loom/model/single_file.h"
+#include "loom/model/stable_diffusion.h"
 #include "loom/model/wan_family.h"
 
 namespace loom {
 
+const std::vector<FamilyEntry>& family_table() {
+    static const std::vector<FamilyEntry> table = {
+        {config::FamilyKind::kStableDiffusion, StableDiffusionFamily::load,
+         StableDiffusionFamily::declared_blocks, StableDiffusionFamily::eval_components},
+        {config::FamilyKind::kFlux, FluxFamily::load, FluxFamily::declared_blocks,
+         FluxFamily::eval_components},
+        {config::FamilyKind::kWan, WanFamily::load, WanFamily::declared_blocks,
+         WanFamily::eval_components},
+    };
+    return table;
+}
+
+const FamilyEntry& family_entry(config::FamilyKind kind) {
+    for (const FamilyEntry& e : family_table()) {
+        if (e.kind == kind) return e;
+    }
+    throw Error(std::string("no family row for ") + config::to_string(kind));
+}
+
 std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root,
                                                const FamilyLoadOptions& options) {
     // A file is an SD 1.x / SDXL checkpoint in the original single-file layout.
-    if (!is_single_file_checkpoint(root)) {
-        const DiffusersFolder folder = read_diffusers_folder(root);
-        if (is_flux_pipeline(folder)) {
-            FluxLoadOptions o;
-            o.dtype = options.dtype;
-            return std::make_unique<FluxFamily>(load_flux(root, o), config::Arch::kFlux);
-        }
-        if (is_wan_pipeline(folder)) {
-            WanLoadOptions o;
-            o.dtype = options.dtype;
-            return std::make_unique<WanFamily>(load_wan(root, o), config::Arch::kWan21);
-        }
+    if (is_single_file_checkpoint(root)) {
+        return StableDiffusionFamily::load(root, detect_single_file_arch(root), options);
     }
-    LoadOptions o;
-    o.dtype = options.dtype;
-    StableDiffusion sd = load_stable_diffusion(root, o);
-    if (options.v_prediction) sd.scheduler.prediction_type = "v_prediction";
-    return std::make_unique<StableDiffusionFamily>(std::move(sd));
+    const config::Arch arch = detect_arch(read_diffusers_folder(root));
+    return family_entry(config::arch_info(arch).family).load(root, arch, options);
 }
 
 }  // namespace loom

@@ -7,6 +7,13 @@
 
 namespace loom {
 
+std::unique_ptr<ModelFamily> FluxFamily::load(const std::filesystem::path& root, config::Arch arch,
+                                              const FamilyLoadOptions& options) {
+    FluxLoadOptions o;
+    o.dtype = options.dtype;
+    return std::make_unique<FluxFamily>(load_flux(root, o), arch);
+}
+
 std::vector<torch::nn::Module*> FluxFamily::encoders() {
     std::vector<torch::nn::Module*> out;
     if (model_.vae) out.push_back(model_.vae.get());
@@ -15,11 +22,13 @@ std::vector<torch::nn::Module*> FluxFamily::encoders() {
     return out;
 }
 
-bool FluxFamily::streams_weights_of(const std::string& name) const {
-    // Both block kinds: the double-stream blocks hold about a third of the weights, the single
-    // ones the rest; the embedders and the output layers stay on the device.
-    return name.rfind("transformer_blocks.", 0) == 0 ||
-           name.rfind("single_transformer_blocks.", 0) == 0;
+// Both block kinds: the double-stream blocks hold about a third of the weights, the single
+// ones the rest; the embedders and the output layers stay on the device and get no LoRA, as
+// ai-toolkit targets FluxTransformer2DModel with transformer_only.
+const DenoiserBlocks& FluxFamily::declared_blocks() {
+    static const DenoiserBlocks blocks{{"transformer_blocks.", "single_transformer_blocks."},
+                                       LoRATargeting::kBlockLinears};
+    return blocks;
 }
 
 void FluxFamily::set_gradient_checkpointing(bool on) {
@@ -79,7 +88,9 @@ at::Tensor FluxFamily::predict(const at::Tensor& noisy, const at::Tensor& timest
 std::vector<at::Tensor> FluxFamily::sample(const std::vector<PreviewRequest>& requests,
                                            const PreviewOptions& options,
                                            const at::Device& device) {
-    return generate_flux_previews(model_, requests, options, device, kMaxSequenceLength);
+    return generate_flux_previews(
+        model_, requests, options, device,
+        options.max_sequence_length ? options.max_sequence_length : kMaxSequenceLength);
 }
 
 }  // namespace loom

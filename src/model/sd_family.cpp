@@ -4,6 +4,16 @@
 
 namespace loom {
 
+std::unique_ptr<ModelFamily> StableDiffusionFamily::load(const std::filesystem::path& root,
+                                                         config::Arch /*arch: detected again*/,
+                                                         const FamilyLoadOptions& options) {
+    LoadOptions o;
+    o.dtype = options.dtype;
+    StableDiffusion sd = load_stable_diffusion(root, o);
+    if (options.v_prediction) sd.scheduler.prediction_type = "v_prediction";
+    return std::make_unique<StableDiffusionFamily>(std::move(sd));
+}
+
 std::vector<torch::nn::Module*> StableDiffusionFamily::encoders() {
     std::vector<torch::nn::Module*> out;
     if (model_.vae) out.push_back(model_.vae.get());
@@ -12,9 +22,12 @@ std::vector<torch::nn::Module*> StableDiffusionFamily::encoders() {
     return out;
 }
 
-bool StableDiffusionFamily::streams_weights_of(const std::string& name) const {
-    return name.rfind("down_blocks.", 0) == 0 || name.rfind("mid_block.", 0) == 0 ||
-           name.rfind("up_blocks.", 0) == 0;
+// The down, mid and up blocks (conv_in/out, the time and added-condition embeddings stay);
+// LoRA targets follow the UNet module sets, which look inside them (lora/target_rules.h).
+const DenoiserBlocks& StableDiffusionFamily::declared_blocks() {
+    static const DenoiserBlocks blocks{{"down_blocks.", "mid_block.", "up_blocks."},
+                                       LoRATargeting::kUNetModuleSets};
+    return blocks;
 }
 
 void StableDiffusionFamily::set_gradient_checkpointing(bool on) {

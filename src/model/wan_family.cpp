@@ -7,6 +7,13 @@
 
 namespace loom {
 
+std::unique_ptr<ModelFamily> WanFamily::load(const std::filesystem::path& root, config::Arch arch,
+                                             const FamilyLoadOptions& options) {
+    WanLoadOptions o;
+    o.dtype = options.dtype;
+    return std::make_unique<WanFamily>(load_wan(root, o), arch);
+}
+
 std::vector<torch::nn::Module*> WanFamily::encoders() {
     std::vector<torch::nn::Module*> out;
     if (model_.vae) out.push_back(model_.vae.get());
@@ -14,9 +21,11 @@ std::vector<torch::nn::Module*> WanFamily::encoders() {
     return out;
 }
 
-bool WanFamily::streams_weights_of(const std::string& name) const {
-    // The blocks hold nearly every weight; the embedders and the output layer stay.
-    return name.rfind("blocks.", 0) == 0;
+// The blocks hold nearly every weight; the patch embedding, the condition embedder and
+// proj_out stay and get no LoRA (ai-toolkit's get_transformer_block_names: ['blocks']).
+const DenoiserBlocks& WanFamily::declared_blocks() {
+    static const DenoiserBlocks blocks{{"blocks."}, LoRATargeting::kBlockLinears};
+    return blocks;
 }
 
 void WanFamily::set_gradient_checkpointing(bool on) {
@@ -56,7 +65,9 @@ at::Tensor WanFamily::predict(const at::Tensor& noisy, const at::Tensor& timeste
 
 std::vector<at::Tensor> WanFamily::sample(const std::vector<PreviewRequest>& requests,
                                           const PreviewOptions& options, const at::Device& device) {
-    return generate_wan_previews(model_, requests, options, device, kMaxSequenceLength);
+    return generate_wan_previews(
+        model_, requests, options, device,
+        options.max_sequence_length ? options.max_sequence_length : kMaxSequenceLength);
 }
 
 }  // namespace loom

@@ -30,29 +30,20 @@ LoRAFileLayout file_layout(config::LoRAKeyLayout layout) {
     return LoRAFileLayout::kKohya;
 }
 
-LoRAModel lora_model_of(DenoiserKind kind) {
-    switch (kind) {
-        case DenoiserKind::kFluxTransformer: return LoRAModel::kFluxTransformer;
-        case DenoiserKind::kWanTransformer: return LoRAModel::kWanTransformer;
-        case DenoiserKind::kUNet: break;
-    }
-    return LoRAModel::kUNet;
-}
-
 // ai-toolkit's default warmup for constant_with_warmup when num_warmup_steps is not given.
 constexpr int kDefaultWarmupSteps = 1000;
 
 }  // namespace
 
 LoRATraining::LoRATraining(const config::ProcessConfig& process, torch::nn::Module& denoiser,
-                           DenoiserKind denoiser_kind, const Device& device, std::uint64_t seed) {
+                           const LoRAModel& model, const Device& device, std::uint64_t seed) {
     const config::NetworkConfig& n = process.network;
     LoRANetworkOptions o;
     o.linear.rank = n.linear;
     o.linear.alpha = n.linear_alpha.value_or(n.alpha);
     o.linear.dropout = n.dropout.value_or(0.0);
     if (n.conv) o.conv = LoRAOptions{*n.conv, n.conv_alpha.value_or(*n.conv), o.linear.dropout};
-    o.rules.model = lora_model_of(denoiser_kind);
+    o.rules.model = model;
     o.rules.unet_set = parse_unet_module_set(n.network_kwargs.module_set)
                            .value_or(UNetModuleSet::kAiToolkit);  // validated by the config
     o.rules.only_if_contains = n.network_kwargs.only_if_contains;

@@ -289,7 +289,7 @@ void LowVramMode::stream_blocks() {
     torch::NoGradGuard no_grad;
     std::vector<std::pair<torch::nn::Module*, LayerParts>> layers;
     for (const auto& item : model_.denoiser().named_modules("", /*include_self=*/false)) {
-        if (!model_.streams_weights_of(item.key())) continue;
+        if (!model_.blocks().contains(item.key())) continue;
         LayerParts parts = parts_of(*item.value());
         if (parts.weight != nullptr) layers.emplace_back(item.value().get(), std::move(parts));
     }

@@ -20,8 +20,8 @@ void Trainer::load() {
     train_log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",
                      process_.model.name_or_path, config::to_string(model_->arch()),
                      loaded.to_string(), loaded.allocated);
-    lora_ = std::make_unique<LoRATraining>(process_, model_->denoiser(), model_->denoiser_kind(),
-                                           *device_, seed());
+    lora_ = std::make_unique<LoRATraining>(process_, model_->denoiser(),
+                                           lora_model_of(model_->arch()), *device_, seed());
 }
 
 void Trainer::prepare_data() {

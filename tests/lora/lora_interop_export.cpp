@@ -68,7 +68,7 @@ int export_flux(const loom::DiffusersFolder& folder, const loom::NamedTensors& i
     loom::LoRANetworkOptions options;
     options.linear.rank = 4;
     options.linear.alpha = 2.0;
-    options.rules.model = loom::LoRAModel::kFluxTransformer;
+    options.rules.model = loom::lora_model_of(loom::config::Arch::kFlux);
     loom::LoRANetwork network = loom::LoRANetwork::inject(*transformer, options);
     fill_random(network, 99);
     const std::string stem = (out_dir / "linear").string();

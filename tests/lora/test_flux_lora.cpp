@@ -11,6 +11,7 @@
 #include "loom/core/error.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
+#include "loom/model/flux_family.h"
 #include "loom/model/flux_transformer.h"
 #include "loom/model/tensor_file.h"
 
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 
 TEST(FluxTargetRules, BlockLinearsOnly) {
     TargetRules flux;
-    flux.model = LoRAModel::kFluxTransformer;
+    flux.model = lora_model_of(config::Arch::kFlux);
     for (const char* path :
          {"transformer_blocks.0.attn.to_q", "transformer_blocks.3.attn.add_k_proj",
           "transformer_blocks.0.attn.to_out.0", "transformer_blocks.0.ff.net.0.proj",
@@ -44,14 +45,14 @@ TEST(FluxTargetRules, BlockLinearsOnly) {
     kohya_unet.unet_set = UNetModuleSet::kKohya;
     EXPECT_FALSE(is_lora_target("transformer_blocks.0.attn.to_q", LayerKind::kLinear, kohya_unet));
     EXPECT_FALSE(is_lora_target("down_blocks.0.attentions.0.proj_in", LayerKind::kLinear,
-                                TargetRules{LoRAModel::kFluxTransformer}));
-    EXPECT_STREQ(lora_file_prefix(LoRAModel::kFluxTransformer), "transformer");
-    EXPECT_STREQ(lora_file_prefix(LoRAModel::kUNet), "unet");
+                                TargetRules{lora_model_of(config::Arch::kFlux)}));
+    EXPECT_EQ(lora_model_of(config::Arch::kFlux).file_prefix, "transformer");
+    EXPECT_EQ(lora_model_of(config::Arch::kSd1).file_prefix, "unet");
 }
 
 // Wan: every Linear inside the blocks, nothing outside them (ai-toolkit's block names ['blocks']).
 TEST(WanTargets, EveryBlockLinearAndNothingOutside) {
-    const TargetRules wan{LoRAModel::kWanTransformer};
+    const TargetRules wan{lora_model_of(config::Arch::kWan21)};
     for (const char* path : {"blocks.0.attn1.to_q", "blocks.3.attn2.to_out.0",
                              "blocks.1.ffn.net.0.proj", "blocks.1.ffn.net.2"}) {
         EXPECT_TRUE(is_lora_target(path, LayerKind::kLinear, wan)) << path;
@@ -64,7 +65,7 @@ TEST(WanTargets, EveryBlockLinearAndNothingOutside) {
     TargetRules only_ffn = wan;
     only_ffn.only_if_contains = {"ffn"};
     EXPECT_FALSE(is_lora_target("blocks.0.attn1.to_q", LayerKind::kLinear, only_ffn));
-    EXPECT_STREQ(lora_file_prefix(LoRAModel::kWanTransformer), "transformer");
+    EXPECT_EQ(lora_model_of(config::Arch::kWan21).file_prefix, "transformer");
 }
 
 class FluxLoRATest : public ::testing::Test {
@@ -101,7 +102,7 @@ class FluxLoRATest : public ::testing::Test {
         LoRANetworkOptions o;
         o.linear.rank = 2;
         o.linear.alpha = 1.0;
-        o.rules.model = LoRAModel::kFluxTransformer;
+        o.rules.model = lora_model_of(config::Arch::kFlux);
         return o;
     }
     FluxTransformer2DModel model{nullptr};
@@ -115,7 +116,8 @@ TEST_F(FluxLoRATest, TargetsEveryBlockLinearAndStartsAsIdentity) {
     // Double block: norm1, norm1_context, q k v out, add q k v out, ff in/out, ff_context in/out
     // = 14; single block: norm, q k v, proj_mlp, proj_out = 6.
     EXPECT_EQ(net.targets().size(), 20u);
-    EXPECT_EQ(net.target_model(), LoRAModel::kFluxTransformer);
+    EXPECT_EQ(net.target_model().file_prefix, "transformer");
+    EXPECT_EQ(net.target_model().blocks.prefixes, FluxFamily::declared_blocks().prefixes);
     EXPECT_TRUE(torch::equal(run(), base));
     net.detach();
 }
@@ -137,7 +139,7 @@ TEST_F(FluxLoRATest, PeftFileWithTheTransformerPrefixRoundTrips) {
     }
     EXPECT_EQ(prefixes, std::set<std::string>{"transformer"});
 
-    LoRANetwork loaded = load_lora_network(*model, file, LoRAModel::kFluxTransformer);
+    LoRANetwork loaded = load_lora_network(*model, file, lora_model_of(config::Arch::kFlux));
     EXPECT_EQ(loaded.targets().size(), 20u);
     EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-6);
     loaded.detach();

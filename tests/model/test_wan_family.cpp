@@ -98,13 +98,13 @@ TEST(WanPipelineParity, TheFamilyEncodesImagesAsOneFrameClipsAndPredictsClips) {
     std::unique_ptr<ModelFamily> family = load_model_family(parity_dir() / "wan" / "pipeline");
     ASSERT_NE(dynamic_cast<WanFamily*>(family.get()), nullptr);
     EXPECT_EQ(family->arch(), config::Arch::kWan21);
-    EXPECT_EQ(family->denoiser_kind(), DenoiserKind::kWanTransformer);
+    EXPECT_EQ(family->blocks().lora_targeting, LoRATargeting::kBlockLinears);
     EXPECT_EQ(family->objective_kind(), ObjectiveKind::kFlowMatch);
     EXPECT_DOUBLE_EQ(family->flow_match().shift, 3.0);
     EXPECT_EQ(family->bucket_divisibility(), 16);
     EXPECT_EQ(family->encoders().size(), 2u);  // the VAE and UMT5
-    EXPECT_TRUE(family->streams_weights_of("blocks.1.attn1.to_q"));
-    EXPECT_FALSE(family->streams_weights_of("condition_embedder.time_proj"));
+    EXPECT_TRUE(family->blocks().contains("blocks.1.attn1.to_q"));
+    EXPECT_FALSE(family->blocks().contains("condition_embedder.time_proj"));
     EXPECT_THROW(family->ddpm_schedule(), Error);
     torch::NoGradGuard no_grad;
     auto& wan = dynamic_cast<WanFamily&>(*family).model();

@@ -40,6 +40,9 @@ struct ArchInfo {
     int64_t bucket_divisibility;  // image sides are multiples of this (ai-toolkit: 16 for SD)
     bool two_text_encoders;       // SDXL: CLIP L and OpenCLIP bigG
     GuidanceKind guidance;
+    // `loom sample`'s guidance scale when --guidance is not given (the pipelines' defaults:
+    // classifier-free 7 for SD, 5 for Wan; Flux dev's distilled 3.5).
+    double sample_guidance;
     // Trained with flow matching (rectified flow, the Euler sampler) rather than DDPM.
     bool flow_matching;
     // The LoRA file's kohya-style metadata (ss_base_model_version, ss_network_module).

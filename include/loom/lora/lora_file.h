@@ -42,6 +42,6 @@ LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path
 // Builds a network shaped like the file (its modules, ranks and alphas) on `model` and loads it:
 // what `loom sample --lora` does with any kohya or PEFT LoRA for this model.
 LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path,
-                              LoRAModel target_model = LoRAModel::kUNet);
+                              const LoRAModel& target_model = lora_model_of(config::Arch::kSd1));
 
 }  // namespace loom

@@ -39,7 +39,7 @@ class LoRANetwork {
     // Conv2d of `model`.
     static LoRANetwork attach_at(torch::nn::Module& model,
                                  const std::map<std::string, LoRAOptions>& per_module,
-                                 LoRAModel target_model = LoRAModel::kUNet);
+                                 const LoRAModel& target_model = lora_model_of(config::Arch::kSd1));
     ~LoRANetwork();
     LoRANetwork(LoRANetwork&&) noexcept = default;
     LoRANetwork& operator=(LoRANetwork&&) noexcept = default;
@@ -47,7 +47,7 @@ class LoRANetwork {
     const std::vector<LoRATarget>& targets() const { return targets_; }
     const LoRATarget* find(const std::string& path) const;
     // The model the network is for (its file prefix and layouts, lora_file.h).
-    LoRAModel target_model() const { return target_model_; }
+    const LoRAModel& target_model() const { return target_model_; }
     // Every trainable tensor (down and up of each LoRA), in target order.
     std::vector<at::Tensor> parameters() const;
 
@@ -66,7 +66,7 @@ class LoRANetwork {
   private:
     LoRANetwork() = default;
     std::vector<LoRATarget> targets_;
-    LoRAModel target_model_ = LoRAModel::kUNet;
+    LoRAModel target_model_;
     bool merged_ = false;
     bool attached_ = true;
 };

@@ -16,29 +16,35 @@
 // Then ai-toolkit's filters: `only_if_contains` keeps names containing any of its strings,
 // `ignore_if_contains` drops names containing any of its strings, and ignore wins.
 //
-// Flux's transformer: every Linear inside its double- and single-stream blocks, as ai-toolkit
-// targets FluxTransformer2DModel with transformer_only (attention projections, the adaLN
-// modulation linears, the MLPs); the embedders and the output layers outside the blocks are
-// not. The same filters apply.
-//
-// Wan's transformer: every Linear inside its blocks (self- and cross-attention q/k/v/out and the
-// feed-forward), as ai-toolkit targets WanTransformer3DModel with its block names ['blocks'];
-// the patch embedding, the condition embedder and proj_out are not.
+// A transformer (Flux, Wan): every Linear inside the blocks its family declares
+// (ModelFamily::blocks, model/denoiser_blocks.h), as ai-toolkit targets a transformer by its
+// block names — Flux's double- and single-stream blocks with transformer_only, Wan's ['blocks']
+// — so the embedders and the output layers outside them get none. The same filters apply.
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "loom/config/arch.h"
+#include "loom/model/denoiser_blocks.h"
+
 namespace loom {
 
 enum class LayerKind { kLinear, kConv1x1, kConv3x3 };
 
-// The model a LoRA network is for: which modules it targets and its file prefix.
-enum class LoRAModel { kUNet, kFluxTransformer, kWanTransformer };
+// The denoiser a LoRA network is for: where its targets are (its family's blocks) and the
+// component name of its PEFT-layout keys (the arch row's lora_prefix: "unet.<path>.lora_A",
+// "transformer.<path>.lora_A").
+struct LoRAModel {
+    DenoiserBlocks blocks;
+    std::string file_prefix;
+    // kohya keys (lora_unet_...) name a UNet's modules only.
+    bool has_kohya_keys() const { return blocks.lora_targeting == LoRATargeting::kUNetModuleSets; }
+};
 
-// "unet" / "transformer" (Flux, Wan): the component name of PEFT-layout keys
-// ("transformer.<path>.lora_A").
-const char* lora_file_prefix(LoRAModel model);
+// The LoRA model of an arch: its family's declared blocks (model/family_registry.h) and its
+// row's LoRA prefix.
+LoRAModel lora_model_of(config::Arch arch);
 
 // The UNet module sets above.
 enum class UNetModuleSet { kAiToolkit, kKohya };
@@ -47,7 +53,7 @@ enum class UNetModuleSet { kAiToolkit, kKohya };
 std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name);
 
 struct TargetRules {
-    LoRAModel model = LoRAModel::kUNet;
+    LoRAModel model = lora_model_of(config::Arch::kSd1);
     UNetModuleSet unet_set = UNetModuleSet::kAiToolkit;
     bool conv = false;  // target 3x3 convolutions too (UNet only)
     std::vector<std::string> only_if_contains;

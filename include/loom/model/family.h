@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "loom/config/arch.h"
+#include "loom/model/denoiser_blocks.h"
 #include "loom/model/flow_match.h"
 #include "loom/model/noise_schedule.h"
 #include "loom/model/preview_sampler.h"
@@ -30,10 +31,6 @@
 namespace loom {
 
 struct LatentDistribution;
-
-// The module a LoRA trains, by kind: it decides the target rule and the LoRA file's prefix
-// (lora/target_rules.h).
-enum class DenoiserKind { kUNet, kFluxTransformer, kWanTransformer };
 
 // How a family is trained: DDPM (epsilon or v-prediction over a beta schedule) or flow matching
 // (x_t = (1 - t) x0 + t noise, the velocity noise - x0 as target).
@@ -55,13 +52,12 @@ class ModelFamily {
     virtual const std::filesystem::path& root() const = 0;
 
     // --- components ---
-    virtual DenoiserKind denoiser_kind() const = 0;
     virtual torch::nn::Module& denoiser() = 0;
+    // The denoiser's repeated blocks: what low_vram's third level streams from the host and
+    // where a LoRA's targets are (model/denoiser_blocks.h).
+    virtual const DenoiserBlocks& blocks() const = 0;
     // The VAE and the text encoder(s): what low_vram's first level keeps on the host.
     virtual std::vector<torch::nn::Module*> encoders() = 0;
-    // Whether the denoiser's module `name` (its path inside the denoiser) is inside the blocks
-    // whose weights low_vram's third level streams from the host.
-    virtual bool streams_weights_of(const std::string& name) const = 0;
     virtual void set_gradient_checkpointing(bool on) = 0;
     // perf.channels_last: the convolutions' weights (denoiser and VAE) channels-last.
     virtual void set_channels_last(bool on) = 0;

@@ -9,8 +9,11 @@
 //      tokens), diffusers pipelines/flux/pipeline_flux.py
 
 #include <cstddef>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "loom/model/component_eval.h"
 #include "loom/model/family.h"
 #include "loom/model/flux_model.h"
 
@@ -18,6 +21,14 @@ namespace loom {
 
 class FluxFamily final : public ModelFamily {
   public:
+    // The denoiser's blocks (model/denoiser_blocks.h), known without loading a model.
+    static const DenoiserBlocks& declared_blocks();
+    // Its row in model/family_registry.h: a folder of `arch` loaded, the `loom eval`
+    // components.
+    static std::unique_ptr<ModelFamily> load(const std::filesystem::path& root, config::Arch arch,
+                                             const FamilyLoadOptions& options);
+    static const std::vector<EvalComponent>& eval_components();
+
     // T5's token count for training and previews: ai-toolkit encodes Flux prompts at 512.
     static constexpr std::size_t kMaxSequenceLength = 512;
     // The distilled guidance scale a dev transformer sees in training.
@@ -29,10 +40,9 @@ class FluxFamily final : public ModelFamily {
 
     config::Arch arch() const override { return arch_; }
     const std::filesystem::path& root() const override { return model_.folder.root; }
-    DenoiserKind denoiser_kind() const override { return DenoiserKind::kFluxTransformer; }
     torch::nn::Module& denoiser() override { return *model_.transformer; }
     std::vector<torch::nn::Module*> encoders() override;
-    bool streams_weights_of(const std::string& name) const override;
+    const DenoiserBlocks& blocks() const override { return declared_blocks(); }
     void set_gradient_checkpointing(bool on) override;
     void set_channels_last(bool on) override;
     // The rotary tables are compared with the last ids on the host (flux_transformer.h).

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +32,8 @@ struct PreviewOptions {
     config::PreviewSampler sampler = config::PreviewSampler::kDdim;  // ddpm runs as ddim
     bool batch_prompts = true;   // all prompts in one batch (else one at a time)
     bool batch_guidance = true;  // cond and uncond in one pass (else two passes)
+    // T5 / UMT5 tokens per prompt (Flux, Wan); 0: the family's training length (512).
+    std::size_t max_sequence_length = 0;
 };
 
 // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order. The same request

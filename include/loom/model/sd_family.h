@@ -4,8 +4,11 @@
 // denoiser, DDPM (epsilon or v-prediction) the objective, CLIP the text encoder(s), SDXL's size
 // ids the extra conditioning, the DDIM/Euler sampler with classifier-free guidance the previews.
 
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "loom/model/component_eval.h"
 #include "loom/model/family.h"
 #include "loom/model/stable_diffusion.h"
 
@@ -13,16 +16,23 @@ namespace loom {
 
 class StableDiffusionFamily final : public ModelFamily {
   public:
+    // The denoiser's blocks (model/denoiser_blocks.h), known without loading a model.
+    static const DenoiserBlocks& declared_blocks();
+    // Its row in model/family_registry.h: a folder of `arch` loaded, the `loom eval`
+    // components.
+    static std::unique_ptr<ModelFamily> load(const std::filesystem::path& root, config::Arch arch,
+                                             const FamilyLoadOptions& options);
+    static const std::vector<EvalComponent>& eval_components();
+
     explicit StableDiffusionFamily(StableDiffusion model) : model_(std::move(model)) {}
 
     StableDiffusion& model() { return model_; }
 
     config::Arch arch() const override { return model_.arch; }
     const std::filesystem::path& root() const override { return model_.folder.root; }
-    DenoiserKind denoiser_kind() const override { return DenoiserKind::kUNet; }
     torch::nn::Module& denoiser() override { return *model_.unet; }
     std::vector<torch::nn::Module*> encoders() override;
-    bool streams_weights_of(const std::string& name) const override;
+    const DenoiserBlocks& blocks() const override { return declared_blocks(); }
     void set_gradient_checkpointing(bool on) override;
     void set_channels_last(bool on) override;
     bool predict_is_capturable() const override { return true; }

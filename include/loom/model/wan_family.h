@@ -10,8 +10,11 @@
 //      get_bucket_divisibility (16), get_transformer_block_names (blocks)}
 
 #include <cstddef>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "loom/model/component_eval.h"
 #include "loom/model/family.h"
 #include "loom/model/wan_model.h"
 
@@ -19,6 +22,14 @@ namespace loom {
 
 class WanFamily final : public ModelFamily {
   public:
+    // The denoiser's blocks (model/denoiser_blocks.h), known without loading a model.
+    static const DenoiserBlocks& declared_blocks();
+    // Its row in model/family_registry.h: a folder of `arch` loaded, the `loom eval`
+    // components.
+    static std::unique_ptr<ModelFamily> load(const std::filesystem::path& root, config::Arch arch,
+                                             const FamilyLoadOptions& options);
+    static const std::vector<EvalComponent>& eval_components();
+
     static constexpr std::size_t kMaxSequenceLength = 512;
 
     WanFamily(WanModel model, config::Arch arch) : model_(std::move(model)), arch_(arch) {}
@@ -27,10 +38,9 @@ class WanFamily final : public ModelFamily {
 
     config::Arch arch() const override { return arch_; }
     const std::filesystem::path& root() const override { return model_.folder.root; }
-    DenoiserKind denoiser_kind() const override { return DenoiserKind::kWanTransformer; }
     torch::nn::Module& denoiser() override { return *model_.transformer; }
     std::vector<torch::nn::Module*> encoders() override;
-    bool streams_weights_of(const std::string& name) const override;
+    const DenoiserBlocks& blocks() const override { return declared_blocks(); }
     void set_gradient_checkpointing(bool on) override;
     // Channels-last is a 2D layout; the Wan VAE's convolutions are 3D.
     void set_channels_last(bool) override {}

@@ -15,7 +15,6 @@
 #include "loom/config/job.h"
 #include "loom/io/safetensors.h"
 #include "loom/lora/lora_network.h"
-#include "loom/model/family.h"
 #include "loom/train/checkpoint_state.h"
 #include "loom/train/ema.h"
 #include "loom/train/lr_schedule.h"
@@ -28,12 +27,13 @@ class StepGraphs;
 
 class LoRATraining {
   public:
-    // Injects `process`'s network into `denoiser`, whose kind picks the target rule
-    // (lora/target_rules.h) (initialised from `seed`, placed on `device`,
+    // Injects `process`'s network into `denoiser`, whose LoRA model (its family's blocks and
+    // file prefix, lora/target_rules.h) picks the targets (initialised from `seed`, placed on
+    // `device`,
     // loaded from network.pretrained_lora_path when set) and creates the optimizer, the
     // schedule and (train.ema_config.use_ema) the EMA.
     LoRATraining(const config::ProcessConfig& process, torch::nn::Module& denoiser,
-                 DenoiserKind kind, const Device& device, std::uint64_t seed);
+                 const LoRAModel& model, const Device& device, std::uint64_t seed);
 
     LoRANetwork& network() { return *network_; }
     Optimizer& optimizer() { return *optimizer_; }

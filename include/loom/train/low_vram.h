@@ -15,7 +15,7 @@
 //      placeholder of its weight's shape as the parameter, which placement leaves where it is.
 //   3. block streaming: the frozen Linear/Conv2d weights of the denoiser's blocks (the UNet's
 //      down, mid and up blocks; Flux's double- and single-stream blocks: the family says which,
-//      ModelFamily::streams_weights_of) stay on the host; each layer fetches a device copy for its
+//      ModelFamily::blocks) stay on the host; each layer fetches a device copy for its
 //      forward (and for its recompute under gradient checkpointing), which is released when the
 //      computation that used it is done. On CUDA the host copies are pinned, so the fetches are
 //      plain DMA. By default a layer's copy is made on the compute stream when the layer runs; with
