@@ -102,13 +102,8 @@ int run_sample(const std::vector<std::string>& args) {
     if (parsed.count("vram")) vram = parse_byte_size(parsed["vram"].as<std::string>());
     auto device = open_device(parse_device_spec(parsed["device"].as<std::string>()), vram);
     const std::filesystem::path model_dir = locate_model(parsed["model"].as<std::string>());
-    // Weights are read into host memory, then moved whole to the device.
-    std::unique_ptr<ModelFamily> model;
-    {
-        HostAllocations host;
-        model = load_model_family(model_dir);
-    }
-    const config::ArchInfo& arch = config::arch_info(model->arch());
+    // The flags are checked against the arch before any weight is read.
+    const config::ArchInfo& arch = config::arch_info(detect_model_arch(model_dir));
     const PreviewOptions po = preview_options(parsed, arch);
     std::vector<PreviewRequest> requests;
     const auto prompts = parsed["prompt"].as<std::vector<std::string>>();
@@ -128,6 +123,12 @@ int run_sample(const std::vector<std::string>& args) {
                 "least 8");
         }
         requests.push_back(r);
+    }
+    // Weights are read into host memory, then moved whole to the device.
+    std::unique_ptr<ModelFamily> model;
+    {
+        HostAllocations host;
+        model = load_model_family(model_dir);
     }
     std::vector<torch::nn::Module*> modules = model->encoders();
     modules.push_back(&model->denoiser());

@@ -29,13 +29,15 @@ const FamilyEntry& family_entry(config::FamilyKind kind) {
     throw Error(std::string("no family row for ") + config::to_string(kind));
 }
 
+config::Arch detect_model_arch(const std::filesystem::path& root) {
+    // A file is an SD 1.x / SDXL checkpoint in the original single-file layout.
+    if (is_single_file_checkpoint(root)) return detect_single_file_arch(root);
+    return detect_arch(read_diffusers_folder(root));
+}
+
 std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root,
                                                const FamilyLoadOptions& options) {
-    // A file is an SD 1.x / SDXL checkpoint in the original single-file layout.
-    if (is_single_file_checkpoint(root)) {
-        return StableDiffusionFamily::load(root, detect_single_file_arch(root), options);
-    }
-    const config::Arch arch = detect_arch(read_diffusers_folder(root));
+    const config::Arch arch = detect_model_arch(root);
     return family_entry(config::arch_info(arch).family).load(root, arch, options);
 }
 

@@ -3,24 +3,9 @@
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/device/host_memory.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/flux_model.h"
 #include "loom/model/model_location.h"
-#include "loom/model/single_file.h"
-#include "loom/model/wan_model.h"
 
 namespace loom {
-
-namespace {
-
-// The arch a model path holds: a single file's from its tensors (SD 1.x / SDXL, or refused by
-// model/single_file.h), a folder's from its pipeline class.
-config::Arch arch_of_path(const std::string& path) {
-    if (is_single_file_checkpoint(path)) return detect_single_file_arch(path);
-    return detect_arch(read_diffusers_folder(path));
-}
-
-}  // namespace
 
 std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& process) {
     const std::string& arch = *process.model.arch;
@@ -34,7 +19,7 @@ std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& proce
     const std::string path = locate_model(process.model.name_or_path).string();
     // The folder's family must be the job's: an SD job given a Flux folder would otherwise
     // train something else than the job says.
-    const config::ArchInfo& held = config::arch_info(arch_of_path(path));
+    const config::ArchInfo& held = config::arch_info(detect_model_arch(path));
     if (held.family != job_arch.family) {
         throw ConfigError("", "config.process.model.arch",
                           "model.arch '" + arch + "' but " + path + " holds a " +

@@ -110,6 +110,11 @@ struct FamilyLoadOptions {
     bool v_prediction = false;
 };
 
+// The arch a model path holds, before anything is loaded: a single file's from its tensors (SD
+// 1.x / SDXL, or refused by model/single_file.h), a folder's from its pipeline class. FormatError
+// naming the file when it is not a model loom loads.
+config::Arch detect_model_arch(const std::filesystem::path& root);
+
 // The family of the diffusers folder at `root` (model_index.json's _class_name), or of the SD 1.x /
 // SDXL single-file checkpoint `root` names (model/single_file.h), every component
 // loaded into host memory in `options.dtype`, in eval mode. FormatError naming the file when the
