@@ -14,8 +14,8 @@
 #include <string>
 
 #include "loom/lora/lora_network.h"
-#include "loom/model/flow_match.h"
-#include "loom/model/flux_model.h"
+#include "loom/model/flux/flux_model.h"
+#include "loom/model/schedules/flow_match.h"
 #include "loom/train/adamw.h"
 
 int main(int argc, char** argv) {

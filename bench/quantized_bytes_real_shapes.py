@@ -1,7 +1,7 @@
 """The frozen base's bytes per qtype on real models' shapes (issue 21), computed, not measured:
 SD 1.5's and SDXL's UNets and Flux-dev's transformer are built by diffusers on the meta device
 (shapes, no weights) and every Linear / Conv2d weight is counted as loom's low_vram level 2
-holds it (model/quantized_weight.h; the group rule is quantization_reference.group_size, which
+holds it (model/nn/quantized_weight.h; the group rule is quantization_reference.group_size, which
 tests/parity checks against optimum-quanto and tests/model against loom's own codes):
   qfloat8 / qint8: 1 byte a weight + a float32 scale a row;
   uint4: half a byte a weight (a row of odd length rounds up) + float16 scale and minimum a group;

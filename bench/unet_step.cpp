@@ -13,7 +13,7 @@
 #include <string>
 
 #include "loom/device/device.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/sd/stable_diffusion.h"
 
 int main(int argc, char** argv) {
     if (argc < 6) {

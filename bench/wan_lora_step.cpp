@@ -21,9 +21,10 @@
 #include "loom/device/device_spec.h"
 #include "loom/device/host_memory.h"
 #include "loom/lora/lora_network.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/flow_match.h"
-#include "loom/model/wan_transformer.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/schedules/flow_match.h"
+#include "loom/model/wan/wan_transformer.h"
 #include "loom/train/adamw.h"
 
 int main(int argc, char** argv) {

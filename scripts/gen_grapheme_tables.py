@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/model/grapheme_tables.cpp: the grapheme-cluster classes behind
+"""Generates src/model/tokenizers/grapheme_tables.cpp: the grapheme-cluster classes behind
 loom::grapheme_clusters (the T5 tokenizer's precompiled normalizer walks a prompt grapheme by
 grapheme, as Hugging Face tokenizers' Precompiled does with unicode-segmentation).
 
@@ -12,7 +12,7 @@ Hangul syllable sequences, regional-indicator pairs and emoji ZWJ sequences are 
 their clusters are 6 UTF-8 bytes or longer, and the normalizer treats such clusters code point by
 code point, exactly as if they were split.
 
-Usage: .venv/bin/python scripts/gen_grapheme_tables.py [--out src/model/grapheme_tables.cpp]
+Usage: .venv/bin/python scripts/gen_grapheme_tables.py [--out src/model/tokenizers/grapheme_tables.cpp]
 """
 import argparse
 import shutil
@@ -57,7 +57,7 @@ def ranges():
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(ROOT / "src/model/grapheme_tables.cpp"))
+    parser.add_argument("--out", default=str(ROOT / "src/model/tokenizers/grapheme_tables.cpp"))
     args = parser.parse_args()
     rows = ranges()
     enum = {"control": "GraphemeClass::control", "joins": "GraphemeClass::joins",

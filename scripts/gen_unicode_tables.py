@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/model/unicode_tables.cpp, the Unicode data behind loom::CLIPTokenizer.
+"""Generates src/model/tokenizers/unicode_tables.cpp, the Unicode data behind loom::CLIPTokenizer.
 
 The reference is transformers' CLIPTokenizer, which in transformers 5.x is backed by the Rust
 `tokenizers` library: its normalizer is NFC -> Replace(\\s+, " ") -> Lowercase and its
@@ -20,7 +20,7 @@ what it does:
 It then re-implements NFC in Python from the recorded tables and checks it against
 normalizers.NFC() on random strings before writing anything.
 
-Usage: .venv/bin/python scripts/gen_unicode_tables.py [--out src/model/unicode_tables.cpp]
+Usage: .venv/bin/python scripts/gen_unicode_tables.py [--out src/model/tokenizers/unicode_tables.cpp]
 """
 
 import argparse
@@ -237,7 +237,7 @@ def emit_array(name, ctype, rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "src/model/unicode_tables.cpp")
+    parser.add_argument("--out", type=Path, default=ROOT / "src/model/tokenizers/unicode_tables.cpp")
     args = parser.parse_args()
 
     cps = all_code_points()
@@ -304,7 +304,7 @@ def main():
 // the Unicode versions of Oniguruma (\\p{{L}}, \\p{{N}}, \\s), Rust's char::to_lowercase and the
 // NFC crate that tokenizers was built with.
 
-#include "loom/model/unicode_tables.h"
+#include "loom/model/tokenizers/unicode_tables.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -16,10 +16,10 @@
 #include "loom/io/safetensors.h"
 #include "loom/model/component_eval.h"
 #include "loom/model/family_registry.h"
-#include "loom/model/model_location.h"
-#include "loom/model/stable_diffusion.h"
-#include "loom/model/t5_encoder.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/model_location.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/text/t5_encoder.h"
 #include "options.h"
 
 namespace loom::cli {

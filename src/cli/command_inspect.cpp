@@ -9,10 +9,11 @@
 #include "loom/core/error.h"
 #include "loom/core/exit_codes.h"
 #include "loom/io/safetensors.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/model_location.h"
-#include "loom/model/single_file.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/family.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/model_location.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/sd/single_file.h"
 #include "options.h"
 
 namespace loom::cli {

@@ -21,7 +21,7 @@
 #include "loom/device/host_memory.h"
 #include "loom/lora/lora_file.h"
 #include "loom/model/family.h"
-#include "loom/model/model_location.h"
+#include "loom/model/loading/model_location.h"
 #include "options.h"
 
 namespace loom::cli {

@@ -13,7 +13,7 @@
 #include "loom/data/image_tensor.h"
 #include "loom/device/host_memory.h"
 #include "loom/io/safetensors.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 
 namespace loom::data {
 

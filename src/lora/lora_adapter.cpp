@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "loom/model/host_matmul.h"
+#include "loom/model/nn/host_matmul.h"
 
 namespace loom {
 

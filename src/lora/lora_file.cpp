@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "loom/core/error.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 
 namespace loom {
 

@@ -5,10 +5,10 @@
 #include <utility>
 
 #include "loom/core/error.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/stable_diffusion.h"
-#include "loom/model/t5_encoder.h"
-#include "loom/model/t5_tokenizer.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/sd/stable_diffusion.h"
+#include "loom/model/text/t5_encoder.h"
+#include "loom/model/tokenizers/t5_tokenizer.h"
 
 namespace loom {
 

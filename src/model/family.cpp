@@ -2,11 +2,13 @@
 
 #include "loom/core/error.h"
 #include "loom/model/family_registry.h"
-#include "loom/model/flux_family.h"
-#include "loom/model/sd_family.h"
-#include "loom/model/single_file.h"
-#include "loom/model/stable_diffusion.h"
-#include "loom/model/wan_family.h"
+#include "loom/model/flux/flux_family.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/sd/sd_family.h"
+#include "loom/model/sd/single_file.h"
+#include "loom/model/sd/stable_diffusion.h"
+#include "loom/model/text/clip_text_model.h"
+#include "loom/model/wan/wan_family.h"
 
 namespace loom {
 
@@ -27,6 +29,20 @@ const FamilyEntry& family_entry(config::FamilyKind kind) {
         if (e.kind == kind) return e;
     }
     throw Error(std::string("no family row for ") + config::to_string(kind));
+}
+
+config::Arch detect_arch(const DiffusersFolder& folder) {
+    const std::vector<config::Arch> archs = config::archs_of_pipeline(folder.pipeline_class);
+    if (archs.empty()) {
+        throw FormatError((folder.root / "model_index.json").string(),
+                          "pipeline class '" + folder.pipeline_class + "' is not one loom loads (" +
+                              config::pipeline_class_list() + ")");
+    }
+    if (archs.front() != config::Arch::kSd1) return archs.front();
+    // StableDiffusionPipeline: SD 1.x's CLIP ViT-L is 768 wide, SD 2.x's OpenCLIP ViT-H 1024.
+    const CLIPTextConfig te =
+        read_clip_text_config(folder.dir("text_encoder") / "config.json", false);
+    return te.hidden_size == 1024 ? config::Arch::kSd2 : config::Arch::kSd1;
 }
 
 config::Arch detect_model_arch(const std::filesystem::path& root) {

@@ -4,7 +4,7 @@
 #include <torch/autograd.h>
 
 #include "loom/core/error.h"
-#include "loom/model/noise_schedule.h"
+#include "loom/model/schedules/noise_schedule.h"
 
 namespace loom {
 

@@ -3,7 +3,7 @@
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/device/host_memory.h"
-#include "loom/model/model_location.h"
+#include "loom/model/loading/model_location.h"
 
 namespace loom {
 

@@ -9,7 +9,7 @@
 
 #include "loom/core/error.h"
 #include "loom/io/atomic_file.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 #include "loom/train/run_folder.h"
 
 namespace loom {

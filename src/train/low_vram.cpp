@@ -9,8 +9,8 @@
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/device/host_memory.h"
-#include "loom/model/adaptable_layers.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/nn/adaptable_layers.h"
 #include "train_log.h"
 
 namespace loom {

@@ -7,8 +7,8 @@
 #include "loom/core/logging.h"
 #include "loom/device/device.h"
 #include "loom/guard/plan_reuse.h"
-#include "loom/model/model_fingerprint.h"
-#include "loom/model/model_location.h"
+#include "loom/model/loading/model_fingerprint.h"
+#include "loom/model/loading/model_location.h"
 #include "loom/train/run_folder.h"
 #include "train_log.h"
 

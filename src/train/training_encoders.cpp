@@ -8,8 +8,8 @@
 #include "loom/data/rng.h"
 #include "loom/device/device.h"
 #include "loom/device/host_memory.h"
-#include "loom/model/autoencoder_kl.h"
 #include "loom/model/family.h"
+#include "loom/model/vae/autoencoder_kl.h"
 #include "loom/train/low_vram.h"
 
 namespace loom {

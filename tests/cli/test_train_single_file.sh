@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `loom train` on single-file checkpoints (model/single_file.h): an SD 1.x and an SDXL job whose
+# `loom train` on single-file checkpoints (model/sd/single_file.h): an SD 1.x and an SDXL job whose
 # model.name_or_path is one .safetensors in the original layout train LoRAs equal to the same job
 # on the diffusers folder the file was converted from (same seed: the same model, so the same
 # LoRA); without the default repo's tokenizer in the cache the job stops at once naming the

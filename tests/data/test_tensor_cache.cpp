@@ -12,7 +12,7 @@
 #include "loom/device/device.h"
 #include "loom/device/sim_allocator.h"
 #include "loom/io/safetensors.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 
 namespace loom::data {
 namespace {

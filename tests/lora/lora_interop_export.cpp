@@ -28,9 +28,9 @@
 #include "loom/core/error.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
-#include "loom/model/flux_model.h"
-#include "loom/model/stable_diffusion.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/flux/flux_model.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/sd/stable_diffusion.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <torch/torch.h>
 
 #include "loom/lora/lora_network.h"
-#include "loom/model/autoencoder_kl.h"
-#include "loom/model/unet_2d_condition.h"
+#include "loom/model/sd/unet_2d_condition.h"
+#include "loom/model/vae/autoencoder_kl.h"
 #include "tiny_models.h"
 
 namespace loom {

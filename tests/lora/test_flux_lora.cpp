@@ -11,9 +11,9 @@
 #include "loom/core/error.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
-#include "loom/model/flux_family.h"
-#include "loom/model/flux_transformer.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/flux/flux_family.h"
+#include "loom/model/flux/flux_transformer.h"
+#include "loom/model/loading/tensor_file.h"
 
 namespace loom {
 namespace {

@@ -11,8 +11,8 @@
 #include "loom/lora/lora_adapter.h"
 #include "loom/lora/lora_file.h"
 #include "loom/lora/lora_network.h"
-#include "loom/model/adaptable_layers.h"
-#include "loom/model/unet_2d_condition.h"
+#include "loom/model/nn/adaptable_layers.h"
+#include "loom/model/sd/unet_2d_condition.h"
 #include "tiny_models.h"
 
 namespace loom {

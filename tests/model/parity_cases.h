@@ -11,7 +11,7 @@
 #include <map>
 #include <string>
 
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 
 namespace loom::testing {
 

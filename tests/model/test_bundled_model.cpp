@@ -7,8 +7,8 @@
 
 #include <filesystem>
 
-#include "loom/model/clip_tokenizer.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/sd/stable_diffusion.h"
+#include "loom/model/tokenizers/clip_tokenizer.h"
 
 namespace loom {
 namespace {

@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include "loom/device/device.h"
-#include "loom/model/checkpoint.h"
-#include "loom/model/unet_2d_condition.h"
+#include "loom/model/nn/checkpoint.h"
+#include "loom/model/sd/unet_2d_condition.h"
 #include "tiny_models.h"
 
 namespace loom {

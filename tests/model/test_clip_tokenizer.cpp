@@ -16,8 +16,8 @@
 
 #include "../common/source_dir.h"
 #include "loom/core/error.h"
-#include "loom/model/clip_tokenizer.h"
-#include "loom/model/unicode_tables.h"
+#include "loom/model/tokenizers/clip_tokenizer.h"
+#include "loom/model/tokenizers/unicode_tables.h"
 
 namespace loom {
 namespace {

@@ -9,9 +9,10 @@
 #include <fstream>
 
 #include "loom/core/error.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/stable_diffusion.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/sd/stable_diffusion.h"
 #include "tiny_models.h"
 
 namespace loom {

@@ -10,9 +10,9 @@
 
 #include "loom/core/error.h"
 #include "loom/model/family_registry.h"
-#include "loom/model/flux_family.h"
-#include "loom/model/sd_family.h"
-#include "loom/model/wan_family.h"
+#include "loom/model/flux/flux_family.h"
+#include "loom/model/sd/sd_family.h"
+#include "loom/model/wan/wan_family.h"
 #include "temp_dir.h"
 
 namespace loom {

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "loom/core/error.h"
-#include "loom/model/flow_match.h"
+#include "loom/model/schedules/flow_match.h"
 
 namespace loom {
 namespace {

@@ -10,8 +10,8 @@
 #include <map>
 
 #include "loom/core/error.h"
-#include "loom/model/flow_match.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/schedules/flow_match.h"
 
 namespace loom {
 namespace {

@@ -13,11 +13,12 @@
 #include <map>
 
 #include "loom/core/error.h"
-#include "loom/model/autoencoder_kl.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/flux_model.h"
-#include "loom/model/flux_transformer.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/flux/flux_model.h"
+#include "loom/model/flux/flux_transformer.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/vae/autoencoder_kl.h"
 #include "parity_cases.h"
 
 namespace loom {

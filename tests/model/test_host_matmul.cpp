@@ -1,4 +1,4 @@
-// The host's Linear products through oneDNN (model/host_matmul.h): the same values as torch's
+// The host's Linear products through oneDNN (model/nn/host_matmul.h): the same values as torch's
 // addmm within float32 rounding, the input gradient of a frozen layer as at::linear's, and
 // at::linear unchanged wherever oneDNN does not apply.
 
@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
-#include "loom/model/host_matmul.h"
+#include "loom/model/nn/host_matmul.h"
 
 namespace loom {
 namespace {

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "loom/core/error.h"
-#include "loom/model/model_location.h"
+#include "loom/model/loading/model_location.h"
 #include "temp_dir.h"
 
 namespace loom {

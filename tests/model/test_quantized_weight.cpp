@@ -1,4 +1,4 @@
-// Weight-only quantization (model/quantized_weight.h) against the reference quantizer of
+// Weight-only quantization (model/nn/quantized_weight.h) against the reference quantizer of
 // tests/parity/quantization_reference.py, itself checked against optimum-quanto's qfloat8 and
 // qint8 (label `parity`): codes and scales equal, dequantized weights equal; the qtype words
 // ai-toolkit jobs write; the bytes each qtype holds against bf16.
@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
-#include "loom/model/quantized_weight.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/nn/quantized_weight.h"
 #include "parity_cases.h"
 
 namespace loom {

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <map>
 
-#include "loom/model/noise_schedule.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/schedules/noise_schedule.h"
 
 namespace loom {
 namespace {

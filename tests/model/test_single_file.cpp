@@ -1,4 +1,4 @@
-// Single-file SD 1.x and SDXL checkpoints (model/single_file.h) against the diffusers folders
+// Single-file SD 1.x and SDXL checkpoints (model/sd/single_file.h) against the diffusers folders
 // they were converted from (label `parity`): tests/parity/single_file_reference.py writes both,
 // and checks the file with diffusers' own from_single_file. loom must infer each component's
 // config from the file and load every tensor equal to the folder's; the tokenizers and the
@@ -17,9 +17,9 @@
 
 #include "loom/core/error.h"
 #include "loom/model/family.h"
-#include "loom/model/single_file.h"
-#include "loom/model/stable_diffusion.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/sd/single_file.h"
+#include "loom/model/sd/stable_diffusion.h"
 #include "parity_cases.h"
 #include "temp_dir.h"
 

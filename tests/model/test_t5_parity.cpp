@@ -13,10 +13,11 @@
 #include <iostream>
 #include <map>
 
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/t5_encoder.h"
-#include "loom/model/t5_tokenizer.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/text/t5_encoder.h"
+#include "loom/model/tokenizers/t5_tokenizer.h"
 #include "parity_cases.h"
 
 namespace loom {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/t5_encoder.h"
-#include "loom/model/t5_tokenizer.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/text/t5_encoder.h"
+#include "loom/model/tokenizers/t5_tokenizer.h"
 #include "temp_dir.h"
 
 namespace loom {

@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "loom/core/error.h"
-#include "loom/model/text_conditioning.h"
+#include "loom/model/text/text_conditioning.h"
 
 namespace loom {
 namespace {

@@ -10,10 +10,10 @@
 #include <iostream>
 
 #include "loom/core/error.h"
-#include "loom/model/autoencoder_kl.h"
 #include "loom/model/family.h"
-#include "loom/model/wan_family.h"
-#include "loom/model/wan_preview_sampler.h"
+#include "loom/model/vae/autoencoder_kl.h"
+#include "loom/model/wan/wan_family.h"
+#include "loom/model/wan/wan_preview_sampler.h"
 #include "parity_cases.h"
 #include "temp_dir.h"
 

@@ -12,9 +12,10 @@
 #include <iostream>
 
 #include "loom/core/error.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/wan_transformer.h"
-#include "loom/model/wan_vae.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/vae/wan_vae.h"
+#include "loom/model/wan/wan_transformer.h"
 #include "parity_cases.h"
 #include "temp_dir.h"
 

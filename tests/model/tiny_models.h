@@ -2,8 +2,8 @@
 
 // Tiny model configurations for unit tests (the shapes of diffusers' own tests).
 
-#include "loom/model/autoencoder_kl.h"
-#include "loom/model/unet_2d_condition.h"
+#include "loom/model/sd/unet_2d_condition.h"
+#include "loom/model/vae/autoencoder_kl.h"
 
 namespace loom::testing {
 

@@ -1,4 +1,4 @@
-"""Reference weight quantization for loom's model/quantized_weight.h (issue 21).
+"""Reference weight quantization for loom's model/nn/quantized_weight.h (issue 21).
 
     build(out) -> writes OUT/quantization/cases.safetensors
 

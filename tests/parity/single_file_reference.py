@@ -1,6 +1,6 @@
 """Tiny Stable Diffusion single-file checkpoints (the original Stability layout: one .safetensors
 holding model.diffusion_model.*, first_stage_model.* and the text encoders), for loom's
-single-file loader (model/single_file.h).
+single-file loader (model/sd/single_file.h).
 
     build(out, vocab_folder, vocab_size) -> writes OUT/single_file/
 

@@ -16,6 +16,13 @@ Rules, each named for --skip:
               (device/host_memory.h) or Device::to_host(). Comments may mention it.
   layers      Every folder of src/ and include/loom/ is a layer this script knows, so a new layer
               gets its place in the order (LAYERS below) before it gets code.
+  model_folders
+              Inside the model layer (docs/ARCHITECTURE.md "The model layer"): a shared folder
+              (MODEL_SHARED: nn/, text/, vae/, ...) includes only shared folders, never a family's
+              folder nor the family seam at the top of model/; a family's folder (MODEL_FAMILIES)
+              includes the shared folders, the seam, and only the families it names as built on
+              (Chroma on flux/, ...). Every folder of src/model/ and include/loom/model/ is listed
+              in one of the two, so a new folder says which it is.
 
 Tests (tests/) are not checked: a test may include anything.
 Prints one line per violation, `file:line: what: why`, and exits 1 when there is any.
@@ -50,11 +57,20 @@ LAYERS = {
     "cli": ["store", "doctor", "report"],
 }
 
+# The model layer's folders. Shared ones hold what more than one family computes and may not
+# reach a family; each family lists the families whose code it is built on.
+MODEL_SHARED = ("nn", "schedules", "text", "tokenizers", "vae", "loading")
+MODEL_FAMILIES = {
+    "sd": [],
+    "flux": [],
+    "wan": [],
+}
+
 # The only layers whose code may name HostScope.
 HOST_SCOPE_LAYERS = {"device"}
 
 SOURCE_SUFFIXES = (".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx", ".inc", ".ipp", ".h.in")
-RULES = ("includes", "cmake", "host_scope", "layers")
+RULES = ("includes", "cmake", "host_scope", "layers", "model_folders")
 
 DOWNWARD = "(DESIGN.md: dependencies point downward)"
 
@@ -192,6 +208,66 @@ def check_includes(root, rel, owner, kind, lines, violations):
                 f"is internal to {layer}; what others need belongs in include/loom/{layer}/)"))
 
 
+def model_folder_of(root, path):
+    """The folder of the model layer a path lies in: "nn", "flux", ..., "" for a file at the top
+    of model/ (the family seam), None outside the model layer."""
+    try:
+        parts = path.resolve().relative_to(root.resolve()).parts
+    except ValueError:
+        return None
+    if parts[:3] == ("include", "loom", "model"):
+        rest = parts[3:]
+    elif parts[:2] == ("src", "model"):
+        rest = parts[2:]
+    else:
+        return None
+    return rest[0] if len(rest) > 1 else ""
+
+
+def included_model_file(root, file_path, quote, target):
+    """The file an include inside the model layer points to, or None when it is not model's."""
+    if target.startswith("loom/model/"):
+        return root / "include" / target
+    if quote != '"':
+        return None
+    for candidate in (file_path.parent / target, root / "src" / "model" / target):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def check_model_folders(root, rel, lines, violations):
+    mine = model_folder_of(root, root / rel)
+    if mine is None or mine == "":
+        return  # outside the model layer, or the seam at its top (which sees every family)
+    known = set(MODEL_SHARED) | set(MODEL_FAMILIES)
+    if mine not in known:
+        return  # reported once per folder by check()
+    for number, (code_line, line) in enumerate(lines, start=1):
+        if not INCLUDE_DIRECTIVE.match(code_line):
+            continue
+        m = INCLUDE_PATH.match(line)
+        if not m:
+            continue
+        target = included_model_file(root, root / rel, m.group(1), m.group(2))
+        theirs = model_folder_of(root, target) if target is not None else None
+        if theirs is None or theirs == mine or theirs in MODEL_SHARED:
+            continue
+        shown = f'#include {m.group(1)}{m.group(2)}{">" if m.group(1) == "<" else m.group(1)}'
+        if mine in MODEL_SHARED:
+            what = ("the family seam" if theirs == "" else f"the {theirs} family's folder")
+            violations.append(Violation(
+                rel, number, shown,
+                f"model/{mine}/ is shared and may not include {what} (what several families "
+                f"compute lives in a shared folder; MODEL_SHARED in {script_name()})"))
+        elif theirs != "" and theirs not in MODEL_FAMILIES.get(mine, []):
+            violations.append(Violation(
+                rel, number, shown,
+                f"the {mine} family may not include the {theirs} family's folder unless it is "
+                f"built on it (MODEL_FAMILIES['{mine}'] in {script_name()}); share the piece "
+                "through a shared folder instead"))
+
+
 def check_host_scope(rel, owner, lines, violations):
     if owner in HOST_SCOPE_LAYERS:
         return
@@ -266,6 +342,16 @@ def check(root, skip=()):
                         f"{script_name()} and to DESIGN.md's layer table)"))
                 continue
             folders.append((folder.name, kind, folder))
+    if "model_folders" not in skip:
+        for base in (root / "src" / "model", root / "include" / "loom" / "model"):
+            if not base.is_dir():
+                continue
+            for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+                if folder.name not in MODEL_SHARED and folder.name not in MODEL_FAMILIES:
+                    violations.append(Violation(
+                        folder.relative_to(root).as_posix(), 0, "folder",
+                        f"'{folder.name}' is neither a shared folder nor a family of the model "
+                        f"layer (add it to MODEL_SHARED or MODEL_FAMILIES in {script_name()})"))
     for owner, kind, folder in folders:
         for path in source_files(folder):
             rel = path.relative_to(root).as_posix()
@@ -275,6 +361,8 @@ def check(root, skip=()):
                 check_includes(root, rel, owner, kind, lines, violations)
             if "host_scope" not in skip:
                 check_host_scope(rel, owner, lines, violations)
+            if "model_folders" not in skip and owner == "model":
+                check_model_folders(root, rel, lines, violations)
         if kind == "private" and "cmake" not in skip:
             check_cmake(root, owner, violations)
     return violations

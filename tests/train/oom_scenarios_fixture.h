@@ -20,7 +20,7 @@
 #include "loom/device/faults.h"
 #include "loom/guard/plan.h"
 #include "loom/guard/plan_store.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 #include "loom/train/trainer.h"
 #include "scenario_runs.h"
 #include "tiny_sd.h"

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "loom/model/flux_preview_sampler.h"
+#include "loom/model/flux/flux_preview_sampler.h"
 #include "parity_cases.h"
 
 namespace loom {

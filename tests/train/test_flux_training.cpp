@@ -19,7 +19,7 @@
 #include "loom/config/load.h"
 #include "loom/core/byte_size.h"
 #include "loom/guard/plan.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 #include "loom/train/trainer.h"
 #include "scenario_runs.h"
 #include "tiny_sd.h"

@@ -17,7 +17,7 @@
 #include "loom/core/error.h"
 #include "loom/device/faults.h"
 #include "loom/guard/plan.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 #include "oom_scenarios_fixture.h"
 
 namespace loom::oom_scenarios {

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <map>
 
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 #include "loom/train/adamw_8bit.h"
 #include "loom/train/prodigy.h"
 

@@ -16,7 +16,7 @@
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/device/faults.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 #include "loom/train/trainer.h"
 #include "tiny_sd.h"
 

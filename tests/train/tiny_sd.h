@@ -13,12 +13,13 @@
 
 #include "../common/source_dir.h"
 #include "loom/data/image.h"
-#include "loom/model/autoencoder_kl.h"
-#include "loom/model/clip_text_model.h"
-#include "loom/model/clip_tokenizer.h"
-#include "loom/model/diffusers_folder.h"
-#include "loom/model/tensor_file.h"
-#include "loom/model/unet_2d_condition.h"
+#include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/loading/tensor_file.h"
+#include "loom/model/loading/weight_files.h"
+#include "loom/model/sd/unet_2d_condition.h"
+#include "loom/model/text/clip_text_model.h"
+#include "loom/model/tokenizers/clip_tokenizer.h"
+#include "loom/model/vae/autoencoder_kl.h"
 
 namespace loom::testing {
 

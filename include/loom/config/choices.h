@@ -74,7 +74,7 @@ PreviewSampler preview_sampler_of(const std::string& sampler,
 LoRAKeyLayout lora_key_layout_of(const std::string& format, const std::string& key = "save.format");
 ReuseStable reuse_stable_of(const std::string& reuse, const std::string& key = "oom.reuse_stable");
 
-// Weight quantization of the frozen base (model.qtype / qtype_te; model/quantized_weight.h says
+// Weight quantization of the frozen base (model.qtype / qtype_te; model/nn/quantized_weight.h says
 // what each holds): qfloat8 / float8 / qfloat8_e4m3fn, qint8 / int8, qint4 / uint4 / int4. A
 // word with an accuracy-recovery adapter ("uint3|repo/adapter.safetensors") reads as its qtype
 // before the '|'.

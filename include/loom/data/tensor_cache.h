@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "loom/data/bucket.h"
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 
 namespace loom::data {
 

@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "loom/model/adaptable_layers.h"
+#include "loom/model/nn/adaptable_layers.h"
 
 namespace loom {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 
 namespace loom {
 

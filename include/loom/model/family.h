@@ -23,10 +23,10 @@
 
 #include "loom/config/arch.h"
 #include "loom/model/denoiser_blocks.h"
-#include "loom/model/flow_match.h"
-#include "loom/model/noise_schedule.h"
 #include "loom/model/preview_sampler.h"
-#include "loom/model/text_conditioning.h"
+#include "loom/model/schedules/flow_match.h"
+#include "loom/model/schedules/noise_schedule.h"
+#include "loom/model/text/text_conditioning.h"
 
 namespace loom {
 
@@ -110,13 +110,19 @@ struct FamilyLoadOptions {
     bool v_prediction = false;
 };
 
+struct DiffusersFolder;
+// The arch of a diffusers folder, from its pipeline class (config/arch.h's table) and, for
+// StableDiffusionPipeline, the text encoder's width (1024: SD 2.x). FormatError naming
+// model_index.json for a pipeline class loom does not load.
+config::Arch detect_arch(const DiffusersFolder& folder);
+
 // The arch a model path holds, before anything is loaded: a single file's from its tensors (SD
-// 1.x / SDXL, or refused by model/single_file.h), a folder's from its pipeline class. FormatError
-// naming the file when it is not a model loom loads.
+// 1.x / SDXL, or refused by model/sd/single_file.h), a folder's from its pipeline class.
+// FormatError naming the file when it is not a model loom loads.
 config::Arch detect_model_arch(const std::filesystem::path& root);
 
 // The family of the diffusers folder at `root` (model_index.json's _class_name), or of the SD 1.x /
-// SDXL single-file checkpoint `root` names (model/single_file.h), every component
+// SDXL single-file checkpoint `root` names (model/sd/single_file.h), every component
 // loaded into host memory in `options.dtype`, in eval mode. FormatError naming the file when the
 // folder is not one loom loads.
 std::unique_ptr<ModelFamily> load_model_family(const std::filesystem::path& root,

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "loom/config/choices.h"
-#include "loom/model/stable_diffusion.h"
+#include "loom/model/sd/stable_diffusion.h"
 
 namespace loom {
 

@@ -7,8 +7,8 @@
 //      and text embeddings are cached; they come to the device only for sampling, for the cache
 //      phase and for a cache miss, and go back after.
 //   2. quantized base: the frozen weights of the denoiser's Linear and Conv2d layers are held in
-//      8 or 4 bits (model/quantized_weight.h: the job's model.qtype, qfloat8 by default; the text
-//      encoders' too with model.quantize_te and qtype_te) and dequantized to bf16 for each
+//      8 or 4 bits (model/nn/quantized_weight.h: the job's model.qtype, qfloat8 by default; the
+//      text encoders' too with model.quantize_te and qtype_te) and dequantized to bf16 for each
 //      computation; every other frozen float32 tensor is held in bf16. The LoRA weights and the
 //      optimizer state stay float32. ai-toolkit's `model.quantize: true` starts here. A quantized
 //      layer keeps its codes and scales as buffers (they move with it) and a one-element
@@ -31,7 +31,7 @@
 //
 // Placement also applies perf.channels_last: the denoiser's and the VAE's conv weights are
 // converted on the host before anything is placed, and every later copy (bf16, streaming, fetches)
-// keeps the layout (model/memory_format.h).
+// keeps the layout (model/nn/memory_format.h).
 
 #include <filesystem>
 #include <map>
@@ -43,7 +43,7 @@
 
 #include "loom/device/device.h"
 #include "loom/model/family.h"
-#include "loom/model/quantized_weight.h"
+#include "loom/model/nn/quantized_weight.h"
 #include "loom/train/prefetching_weight_source.h"
 
 namespace loom {

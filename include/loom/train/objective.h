@@ -19,8 +19,8 @@
 
 #include "loom/config/choices.h"
 #include "loom/config/job.h"
-#include "loom/model/flow_match.h"
-#include "loom/model/noise_schedule.h"
+#include "loom/model/schedules/flow_match.h"
+#include "loom/model/schedules/noise_schedule.h"
 
 namespace loom {
 

@@ -28,7 +28,7 @@
 #include <unordered_map>
 
 #include "loom/device/device.h"
-#include "loom/model/adaptable_layers.h"
+#include "loom/model/nn/adaptable_layers.h"
 #include "loom/train/fetch_order.h"
 
 namespace loom {

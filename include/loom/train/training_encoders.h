@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "loom/model/tensor_file.h"
+#include "loom/model/loading/tensor_file.h"
 #include "loom/train/training_data.h"
 
 namespace loom {

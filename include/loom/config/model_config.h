@@ -1,0 +1,100 @@
+#pragma once
+
+// The process's `model:` section (ai-toolkit.md §1): the base model, its arch, quantization and
+// low_vram. Keys listed once, in `fields(v)` (config/job.h).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/config/choices.h"
+#include "loom/config/field_rules.h"
+
+namespace loom::config {
+
+struct ModelConfig {
+    std::string name_or_path;
+    std::optional<std::string> arch;  // resolved from the legacy is_* flags when absent
+    bool is_v2 = false;
+    bool is_v3 = false;
+    bool is_xl = false;
+    bool is_flux = false;
+    bool is_pixart = false;
+    bool is_pixart_sigma = false;
+    bool is_auraflow = false;
+    bool is_lumina2 = false;
+    bool is_ssd = false;
+    bool is_vega = false;
+    bool is_v_pred = false;
+    std::string dtype = "float16";  // resolved: train.dtype, as ai-toolkit overwrites it
+    bool quantize = false;
+    std::string qtype = "qfloat8";
+    std::optional<bool> quantize_te;  // resolved: quantize when absent
+    std::string qtype_te = "qfloat8";
+    bool low_vram = false;
+
+    template <class V>
+    static void fields(V& v) {
+        v("name_or_path", &ModelConfig::name_or_path,
+          Required{"the base model: a diffusers model folder"});
+        v("arch", &ModelConfig::arch);
+        v("is_v2", &ModelConfig::is_v2);
+        v("is_v3", &ModelConfig::is_v3);
+        v("is_xl", &ModelConfig::is_xl);
+        v("is_flux", &ModelConfig::is_flux);
+        v("is_pixart", &ModelConfig::is_pixart);
+        v("is_pixart_sigma", &ModelConfig::is_pixart_sigma);
+        v("is_auraflow", &ModelConfig::is_auraflow);
+        v("is_lumina2", &ModelConfig::is_lumina2);
+        v("is_ssd", &ModelConfig::is_ssd);
+        v("is_vega", &ModelConfig::is_vega);
+        v("is_v_pred", &ModelConfig::is_v_pred);
+        v("dtype", &ModelConfig::dtype);
+        // Starts the run at low_vram level 2: the base's Linear/Conv2d weights in `qtype`.
+        v("quantize", &ModelConfig::quantize);
+        v("qtype", &ModelConfig::qtype);
+        v("quantize_te", &ModelConfig::quantize_te);
+        v("qtype_te", &ModelConfig::qtype_te);
+        v("low_vram", &ModelConfig::low_vram);
+        v.not_yet({"quantize_kwargs",
+                   "layer_offloading",
+                   "layer_offloading_transformer_percent",
+                   "layer_offloading_text_encoder_percent",
+                   "te_device",
+                   "te_dtype",
+                   "vae_device",
+                   "vae_dtype",
+                   "vae_path",
+                   "te_name_or_path",
+                   "extras_name_or_path",
+                   "unet_path",
+                   "model_paths",
+                   "lora_path",
+                   "assistant_lora_path",
+                   "inference_lora_path",
+                   "unconditional_lora_path",
+                   "accuracy_recovery_adapter",
+                   "compile",
+                   "block_compile",
+                   "compile_mode",
+                   "compile_fullgraph",
+                   "compile_dynamic",
+                   "cache_size_limit",
+                   "split_model_over_gpus",
+                   "attn_masking",
+                   "model_kwargs",
+                   "ignore_if_contains",
+                   "only_if_contains",
+                   "text_encoder_bits",
+                   "use_text_encoder_1",
+                   "use_text_encoder_2",
+                   "refiner_name_or_path",
+                   "refiner_start_at",
+                   "in_context",
+                   "auto_memory"});
+    }
+};
+
+}  // namespace loom::config

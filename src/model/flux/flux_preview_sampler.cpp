@@ -1,0 +1,79 @@
+#include "loom/model/flux/flux_preview_sampler.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "loom/core/error.h"
+#include "loom/model/schedules/flow_match.h"
+
+namespace loom {
+
+at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts,
+                       const at::Tensor& noise, int64_t steps, double guidance,
+                       std::size_t max_sequence_length) {
+    if (!model.vae || !model.text_encoder || !model.text_encoder_2) {
+        throw Error("Flux sampling needs the VAE and both text encoders loaded");
+    }
+    torch::NoGradGuard no_grad;
+    FluxTransformer2DModelImpl& transformer = *model.transformer;
+    const at::ScalarType dtype = transformer.parameters().front().scalar_type();
+    const at::Device device = transformer.parameters().front().device();
+    const int64_t batch = noise.size(0);
+    const int64_t height = noise.size(2);
+    const int64_t width = noise.size(3);
+
+    const TextConditioning text = model.encode_prompts(prompts, max_sequence_length);
+    at::Tensor latents = flux_pack_latents(noise.to(device));
+    FluxInputs in;
+    in.encoder_hidden_states = text.context.to(device).to(dtype);
+    in.pooled_projections = text.text_embeds.to(device).to(dtype);
+    in.img_ids = flux_image_ids(height, width, at::TensorOptions().device(device));
+    in.txt_ids =
+        flux_text_ids(in.encoder_hidden_states.size(1), at::TensorOptions().device(device));
+    if (model.guidance_distilled()) {
+        in.guidance = at::full({batch}, guidance, at::TensorOptions().device(device));
+    }
+    const FlowMatchEulerSampler sampler(model.scheduler, steps, latents.size(1));
+    for (int64_t i = 0; i < sampler.steps(); ++i) {
+        // The pipeline passes timestep / 1000, rounding as float32 does.
+        in.timestep = (sampler.timesteps()[i].expand({batch}) / 1000).to(device);
+        in.hidden_states = latents.to(dtype);
+        latents = sampler.step(transformer.forward(in).to(at::kFloat), i, latents);
+    }
+    const VAEConfig& vc = model.vae->config();
+    at::Tensor z = flux_unpack_latents(latents, height, width) / vc.scaling_factor;
+    if (vc.shift_factor) z = z + *vc.shift_factor;
+    return model.vae->decode(z.to(model.vae->parameters().front().scalar_type())).to(at::kFloat);
+}
+
+at::Tensor flux_initial_noise(const FluxModel& model, int64_t seed, int64_t width, int64_t height) {
+    const int64_t factor = model.vae->scale_factor();
+    const int64_t channels = model.vae->config().latent_channels;
+    at::Generator gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+    return at::randn({1, channels, 2 * (height / (factor * 2)), 2 * (width / (factor * 2))}, gen,
+                     at::TensorOptions().dtype(at::kFloat));
+}
+
+std::vector<at::Tensor> generate_flux_previews(FluxModel& model,
+                                               const std::vector<PreviewRequest>& requests,
+                                               const PreviewOptions& options,
+                                               const at::Device& device,
+                                               std::size_t max_sequence_length) {
+    std::vector<at::Tensor> images(requests.size());
+    for (const std::vector<std::size_t>& group : preview_groups(requests, options.batch_prompts)) {
+        const PreviewRequest& first = requests[group.front()];
+        std::vector<std::string> prompts;
+        std::vector<at::Tensor> noise;
+        for (std::size_t i : group) {
+            prompts.push_back(requests[i].prompt);
+            noise.push_back(
+                flux_initial_noise(model, requests[i].seed, requests[i].width, requests[i].height));
+        }
+        const auto out = to_rgb8(flux_sample(model, prompts, at::cat(noise).to(device), first.steps,
+                                             first.guidance_scale, max_sequence_length));
+        for (std::size_t k = 0; k < group.size(); ++k) images[group[k]] = out[k];
+    }
+    return images;
+}
+
+}  // namespace loom

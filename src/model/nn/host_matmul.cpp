@@ -1,0 +1,90 @@
+#include "loom/model/nn/host_matmul.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+namespace {
+
+// oneDNN's Linear kernel as torch registers it for its CPU compiler (no autograd formula: it is
+// called only where autograd is off, inside a custom Function or under no_grad), or nothing when
+// this torch lacks it or LOOM_HOST_MATMUL=torch.
+const c10::OperatorHandle* onednn_linear() {
+    static const std::optional<c10::OperatorHandle> op =
+        []() -> std::optional<c10::OperatorHandle> {
+        const char* choice = std::getenv("LOOM_HOST_MATMUL");
+        if (choice != nullptr && std::strcmp(choice, "torch") == 0) return std::nullopt;
+        return c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+    }();
+    return op ? &*op : nullptr;
+}
+
+bool host_float(const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+}
+
+// x · Wᵀ + b with W and b frozen: one autograd operation whose backward is dx = g · W.
+class FrozenLinearFunction : public torch::autograd::Function<FrozenLinearFunction> {
+  public:
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                              const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+        ctx->save_for_backward({weight});
+        ctx->saved_data["input_sizes"] = x.sizes().vec();
+        std::vector<int64_t> sizes = x.sizes().vec();
+        sizes.back() = weight.size(0);
+        return linear_rows(x.reshape({-1, x.size(-1)}), weight, bias).view(sizes);
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grads) {
+        const at::Tensor weight = ctx->get_saved_variables()[0];
+        const at::Tensor g = grads[0].reshape({-1, weight.size(0)});
+        const at::Tensor dx =
+            linear_rows(g, weight.t()).view(ctx->saved_data["input_sizes"].toIntVector());
+        return {dx, at::Tensor(), at::Tensor()};
+    }
+};
+
+}  // namespace
+
+at::Tensor linear_rows(const at::Tensor& rows, const at::Tensor& weight,
+                       const c10::optional<at::Tensor>& bias) {
+    const c10::OperatorHandle* op = onednn_linear();
+    if (op != nullptr && !at::GradMode::is_enabled() && rows.dim() == 2 && weight.dim() == 2 &&
+        host_float(rows) && host_float(weight) && (!bias || host_float(*bias)) &&
+        rows.size(1) == weight.size(1)) {  // a mismatch gets torch's own error below
+        torch::jit::Stack stack{rows,
+                                weight,
+                                bias ? c10::IValue(*bias) : c10::IValue(),
+                                c10::IValue(std::string("none")),
+                                c10::IValue(c10::List<c10::optional<at::Scalar>>()),
+                                c10::IValue()};
+        op->callBoxed(&stack);
+        return stack.at(0).toTensor();
+    }
+    return bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());
+}
+
+bool host_matmul_uses_onednn() {
+    return onednn_linear() != nullptr;
+}
+
+at::Tensor frozen_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+    const bool frozen = !weight.requires_grad() && !(bias.defined() && bias.requires_grad());
+    if (onednn_linear() == nullptr || !frozen || x.dim() < 2 || !host_float(x) ||
+        !host_float(weight) || (bias.defined() && !host_float(bias))) {
+        return at::linear(x, weight, bias);
+    }
+    const c10::optional<at::Tensor> b =
+        bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt;
+    return FrozenLinearFunction::apply(x, weight, b);
+}
+
+}  // namespace loom
