@@ -212,6 +212,45 @@ class CheckLayeringTest(unittest.TestCase):
             'src/train/report.cpp:1: #include "loom/doctor/diagnosis.h": layer train may not '
             "include layer doctor (DESIGN.md: dependencies point downward)"])
 
+    def test_model_folders_shared_reach_no_family(self):
+        write(self.root, "include/loom/model/family.h", "#pragma once\n")
+        write(self.root, "include/loom/model/flux/flux_transformer.h", "#pragma once\n")
+        write(self.root, "include/loom/model/nn/attention.h", "#pragma once\n")
+        write(self.root, "src/model/nn/dit_ops.h", "#pragma once\n")
+        write(self.root, "src/model/flux/flux_family.cpp", """
+            #include "loom/model/family.h"
+            #include "loom/model/flux/flux_transformer.h"
+            #include "loom/model/nn/attention.h"
+            #include "nn/dit_ops.h"
+            """)
+        self.assertEqual(self.violations(), [])
+        write(self.root, "src/model/vae/wan_vae.cpp", """
+            #include "loom/model/nn/attention.h"
+            #include "loom/model/flux/flux_transformer.h"
+            #include "loom/model/family.h"
+            """)
+        found = self.violations()
+        self.assertEqual(len(found), 2, found)
+        self.assertTrue(found[0].startswith(
+            'src/model/vae/wan_vae.cpp:2: #include "loom/model/flux/flux_transformer.h": '
+            "model/vae/ is shared and may not include the flux family's folder"), found[0])
+        self.assertIn("may not include the family seam", found[1])
+
+    def test_model_folders_family_includes_only_its_bases(self):
+        write(self.root, "include/loom/model/flux/flux_transformer.h", "#pragma once\n")
+        write(self.root, "src/model/wan/wan_family.cpp",
+              '#include "loom/model/flux/flux_transformer.h"\n')
+        self.assertEqual(self.violations(), [
+            'src/model/wan/wan_family.cpp:1: #include "loom/model/flux/flux_transformer.h": the '
+            "wan family may not include the flux family's folder unless it is built on it "
+            "(MODEL_FAMILIES['wan'] in tests/style/check_layering.py); share the piece through a "
+            "shared folder instead"])
+        write(self.root, "src/model/extras/x.cpp", "\n")
+        self.assertIn("src/model/extras: folder: 'extras' is neither a shared folder nor a family "
+                      "of the model layer (add it to MODEL_SHARED or MODEL_FAMILIES in "
+                      "tests/style/check_layering.py)", self.violations())
+        self.assertEqual(len(check_layering.check(self.root, skip={"model_folders"})), 0)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
