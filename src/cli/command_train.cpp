@@ -150,7 +150,9 @@ int train_in_process(const config::Job& job, TrainOverrides o,
             if (s.interrupted) return to_int(ExitCode::kInterrupted);
             continue;
         }
-        std::cout << "LoRA:    " << s.final_lora.string() << "\n"
+        std::string loras;
+        for (const auto& f : s.final_loras) loras += (loras.empty() ? "" : ", ") + f.string();
+        std::cout << "LoRA:    " << (loras.empty() ? s.final_lora.string() : loras) << "\n"
                   << "samples: " << (s.run_folder / "samples").string() << "\n"
                   << "metrics: " << (s.run_folder / "metrics.jsonl").string() << "\n"
                   << "log:     " << (s.run_folder / "loom.log").string() << "\n"

@@ -8,6 +8,7 @@
 #include "loom/core/exit_codes.h"
 #include "loom/core/logging.h"
 #include "loom/guard/plan.h"
+#include "loom/lora/target_rules.h"
 
 namespace loom::cli {
 
@@ -56,13 +57,15 @@ double backoff_seconds(int restart) {
 }
 
 RunFolder run_folder_of(const config::ProcessConfig& process) {
-    return RunFolder(*process.training_folder, *process.name);
+    RunFolder run(*process.training_folder, *process.name);
+    run.set_lora_suffixes(lora_file_suffixes(lora_model_of(process)));
+    return run;
 }
 
 std::size_t current_process(const config::Job& job) {
     const std::vector<config::ProcessConfig>& processes = job.config.process;
     for (std::size_t i = 0; i < processes.size(); ++i) {
-        if (!fs::exists(run_folder_of(processes[i]).final_lora())) return i;
+        if (!run_folder_of(processes[i]).has_final_lora()) return i;
     }
     return processes.size() - 1;
 }

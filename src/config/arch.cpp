@@ -19,7 +19,6 @@ constexpr const char* kOtherAiToolkitArchs[] = {
     "vega",
     "ssd",
     "wan21_i2v",
-    "wan22_14b",
     "wan22_14b_i2v",
     "wan22_5b",
     "cogview4",
@@ -64,14 +63,16 @@ constexpr const char* kOtherAiToolkitArchs[] = {
 const std::vector<ArchInfo>& arch_table() {
     using F = FamilyKind;
     using G = GuidanceKind;
+    using N = LoRAModuleNames;
     // clang-format off
     static const std::vector<ArchInfo> kTable = {
-        // arch          name     display name            family              pipeline class               train  video  bucket two TE  guidance               scale flow   kohya base model   kohya network module   LoRA prefix
-        {Arch::kSd1,   "sd1",   "Stable Diffusion 1.x", F::kStableDiffusion, "StableDiffusionPipeline",   true,  false, 16,    false, G::kClassifierFree,     7.0, false, "sd_v1",           "networks.lora",       "unet"},
-        {Arch::kSd2,   "sd2",   "Stable Diffusion 2.x", F::kStableDiffusion, "StableDiffusionPipeline",   false, false, 16,    false, G::kClassifierFree,     7.0, false, "sd_v2",           "networks.lora",       "unet"},
-        {Arch::kSdxl,  "sdxl",  "Stable Diffusion XL",  F::kStableDiffusion, "StableDiffusionXLPipeline", true,  false, 16,    true,  G::kClassifierFree,     7.0, false, "sdxl_base_v1-0",  "networks.lora",       "unet"},
-        {Arch::kFlux,  "flux",  "Flux.1",               F::kFlux,            "FluxPipeline",              true,  false, 32,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer"},
-        {Arch::kWan21, "wan21", "Wan 2.1",              F::kWan,             "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     5.0, true,  "wan_2.1",         "networks.lora_wan",   "transformer"},
+        // arch          name     display name            family              pipeline class               train  video  bucket two TE  guidance               scale flow   kohya base model   kohya network module   LoRA prefix        LoRA module names
+        {Arch::kSd1,   "sd1",   "Stable Diffusion 1.x", F::kStableDiffusion, "StableDiffusionPipeline",   true,  false, 16,    false, G::kClassifierFree,     7.0, false, "sd_v1",           "networks.lora",       "unet",        N::kDiffusers},
+        {Arch::kSd2,   "sd2",   "Stable Diffusion 2.x", F::kStableDiffusion, "StableDiffusionPipeline",   false, false, 16,    false, G::kClassifierFree,     7.0, false, "sd_v2",           "networks.lora",       "unet",        N::kDiffusers},
+        {Arch::kSdxl,  "sdxl",  "Stable Diffusion XL",  F::kStableDiffusion, "StableDiffusionXLPipeline", true,  false, 16,    true,  G::kClassifierFree,     7.0, false, "sdxl_base_v1-0",  "networks.lora",       "unet",        N::kDiffusers},
+        {Arch::kFlux,  "flux",  "Flux.1",               F::kFlux,            "FluxPipeline",              true,  false, 32,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer", N::kDiffusers},
+        {Arch::kWan21, "wan21", "Wan 2.1",              F::kWan,             "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     5.0, true,  "wan_2.1",         "networks.lora_wan",   "transformer", N::kDiffusers},
+        {Arch::kWan22_14b, "wan22_14b", "Wan 2.2 14B",      F::kWan22,           "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     5.0, true,  "wan_2.2_14b",     "networks.lora_wan",   "diffusion_model", N::kWanOriginal},
     };
     // clang-format on
     return kTable;
@@ -82,6 +83,7 @@ const char* to_string(FamilyKind family) {
         case FamilyKind::kStableDiffusion: return "Stable Diffusion";
         case FamilyKind::kFlux: return "Flux";
         case FamilyKind::kWan: return "Wan";
+        case FamilyKind::kWan22: return "Wan 2.2";
     }
     return "?";
 }

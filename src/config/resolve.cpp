@@ -81,6 +81,7 @@ class Resolver {
         }
 
         resolve_model(p, path + ".model");
+        resolve_experts(p, path);
         resolve_family_keys(p, path);
 
         TrainConfig& t = p.train;
@@ -302,6 +303,38 @@ class Resolver {
                 warn(DiagnosticKind::kNotSupportedYet, path + "." + key,
                      path + "." + key + ": " + choice.note);
             }
+        }
+    }
+
+    // Wan 2.2 14B's experts: at least one trains (ai-toolkit raises the same ValueError). The
+    // keys mean nothing to a model of one denoiser, which is said where they are written.
+    void resolve_experts(ProcessConfig& p, const std::string& path) {
+        const std::string kwargs = path + ".model.model_kwargs";
+        const bool experts = p.choices.arch && *p.choices.arch == Arch::kWan22_14b;
+        if (experts) {
+            if (!p.model.model_kwargs.train_high_noise && !p.model.model_kwargs.train_low_noise) {
+                fail(kwargs, kwargs +
+                                 ": train_high_noise and train_low_noise are both false; at "
+                                 "least one of Wan 2.2's experts must train");
+            }
+            return;
+        }
+        // Said only when set away from the default: an emitted job writes every key.
+        const ModelKwargs& k = p.model.model_kwargs;
+        for (const auto& [key, on] :
+             {std::pair<const char*, bool>{"train_high_noise", k.train_high_noise},
+              {"train_low_noise", k.train_low_noise}}) {
+            if (!on) {
+                warn(DiagnosticKind::kNote, kwargs + "." + key,
+                     kwargs + "." + key + " chooses among Wan 2.2's experts and does not apply " +
+                         "to '" + *p.model.arch + "'");
+            }
+        }
+        const std::string every = path + ".train.switch_boundary_every";
+        if (p.train.switch_boundary_every != 1) {
+            warn(DiagnosticKind::kNote, every,
+                 every + " alternates Wan 2.2's experts and does not apply to '" + *p.model.arch +
+                     "'");
         }
     }
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -10,6 +11,7 @@
 #include <tuple>
 
 #include "loom/core/error.h"
+#include "loom/lora/lora_file_names.h"
 #include "loom/model/loading/tensor_file.h"
 
 namespace loom {
@@ -45,126 +47,169 @@ LoRAFileLayout parse_lora_layout(const std::string& text) {
     throw Error("unknown LoRA file layout '" + text + "' (kohya or peft)");
 }
 
-void save_lora(const LoRANetwork& network, const std::filesystem::path& path, LoRAFileLayout layout,
-               at::ScalarType dtype, SafetensorsMetadata metadata) {
-    const std::string prefix = network.target_model().file_prefix;
-    if (layout == LoRAFileLayout::kKohya && !network.target_model().has_kohya_keys()) {
-        throw Error("a transformer LoRA is saved in the PEFT layout (" + prefix +
-                    ".<module>.lora_A/B), as ai-toolkit saves it; the kohya layout is for SD 1.x "
-                    "/ SDXL UNets");
-    }
+namespace {
+
+// One file's tensors and metadata: the network's targets in `targets`.
+void save_lora_file(const LoRANetwork& network, const std::vector<const LoRATarget*>& targets,
+                    const std::filesystem::path& path, LoRAFileLayout layout, at::ScalarType dtype,
+                    SafetensorsMetadata metadata) {
+    const LoRAModel& model = network.target_model();
+    const std::string prefix = model.file_prefix;
     NamedTensors tensors;
-    nlohmann::json targets = nlohmann::json::array();
+    nlohmann::json names = nlohmann::json::array();
     std::map<int64_t, std::size_t> rank_counts;
-    for (const LoRATarget& t : network.targets()) {
-        const LoRAAdapter& a = *t.adapter;
+    for (const LoRATarget* t : targets) {
+        const LoRAAdapter& a = *t->adapter;
         ++rank_counts[a.rank()];
         if (layout == LoRAFileLayout::kKohya) {
-            const std::string stem = kohya_name(t.path);
+            const std::string stem = kohya_name(t->path);
             tensors.emplace_back(stem + ".lora_down.weight", a.down.detach().to(dtype));
             tensors.emplace_back(stem + ".lora_up.weight", a.up.detach().to(dtype));
             tensors.emplace_back(stem + ".alpha",
                                  at::scalar_tensor(a.alpha(), at::kFloat).to(dtype));
         } else {
-            const std::string stem = prefix + "." + t.path;
+            const std::string stem = lora_key_stem(model, t->path);
             tensors.emplace_back(stem + ".lora_A.weight", a.down.detach().to(dtype));
             // diffusers applies lora_B @ lora_A with scale 1 when no alpha is given.
             tensors.emplace_back(stem + ".lora_B.weight", (a.up.detach() * a.scale()).to(dtype));
-            targets.push_back(t.path);
+            names.push_back(stem.substr(prefix.size() + 1));
         }
     }
     metadata.emplace_back("format", "pt");
-    if (layout == LoRAFileLayout::kPeft) {
-        // diffusers builds LoraConfig(**metadata) as is: r is the most common rank, and modules
-        // of another rank (3x3 convs with network.conv) need rank_pattern, plus alpha_pattern
-        // to keep their scale at 1 (alpha folded into lora_B). "^" anchors the module path.
+    // diffusers builds LoraConfig(**metadata) for its own module names; a file in the original
+    // Wan names is converted by its loader, which reads the ranks from the shapes (scale 1, as
+    // alpha is folded into lora_B), as it reads ai-toolkit's.
+    if (layout == LoRAFileLayout::kPeft &&
+        model.module_names == config::LoRAModuleNames::kDiffusers) {
+        // r is the most common rank, and modules of another rank (3x3 convs with network.conv)
+        // need rank_pattern, plus alpha_pattern to keep their scale at 1. "^" anchors the path.
         int64_t rank = 0;
         std::size_t most = 0;
         for (const auto& [r, n] : rank_counts) {
             if (n > most) std::tie(rank, most) = std::tie(r, n);
         }
         nlohmann::json rank_pattern = nlohmann::json::object();
-        for (const LoRATarget& t : network.targets()) {
-            if (t.adapter->rank() != rank) rank_pattern["^" + t.path] = t.adapter->rank();
+        for (const LoRATarget* t : targets) {
+            if (t->adapter->rank() != rank) rank_pattern["^" + t->path] = t->adapter->rank();
         }
         const nlohmann::json adapter = {{prefix + ".r", rank},
                                         {prefix + ".lora_alpha", rank},  // alpha folded into B
                                         {prefix + ".rank_pattern", rank_pattern},
                                         {prefix + ".alpha_pattern", rank_pattern},
-                                        {prefix + ".target_modules", targets}};
+                                        {prefix + ".target_modules", names}};
         metadata.emplace_back("lora_adapter_metadata", adapter.dump(2));
     }
     write_tensors(path, tensors, metadata);
 }
 
-LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& path,
+}  // namespace
+
+std::vector<std::filesystem::path> save_lora(const LoRANetwork& network,
+                                             const std::filesystem::path& path,
+                                             LoRAFileLayout layout, at::ScalarType dtype,
+                                             SafetensorsMetadata metadata) {
+    const LoRAModel& model = network.target_model();
+    if (layout == LoRAFileLayout::kKohya && !model.has_kohya_keys()) {
+        throw Error("a transformer LoRA is saved in the PEFT layout (" + model.file_prefix +
+                    ".<module>.lora_A/B), as ai-toolkit saves it; the kohya layout is for SD 1.x "
+                    "/ SDXL UNets");
+    }
+    if (model.blocks.experts.empty()) {
+        std::vector<const LoRATarget*> all;
+        for (const LoRATarget& t : network.targets()) all.push_back(&t);
+        save_lora_file(network, all, path, layout, dtype, std::move(metadata));
+        return {path};
+    }
+    // One file per expert that has a LoRA, its keys without the expert's prefix.
+    std::vector<std::filesystem::path> written;
+    for (const DenoiserExpert& expert : model.blocks.experts) {
+        std::vector<const LoRATarget*> mine;
+        for (const LoRATarget& t : network.targets()) {
+            if (model.blocks.expert_of(t.path) == &expert) mine.push_back(&t);
+        }
+        if (mine.empty()) continue;
+        written.push_back(expert_file(path, expert));
+        save_lora_file(network, mine, written.back(), layout, dtype, metadata);
+    }
+    return written;
+}
+
+LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& given,
                               const LoRAModel& target_model) {
-    const NamedTensors tensors = read_all_tensors(path);
     const std::string peft_prefix = target_model.file_prefix + ".";
     const bool unet = target_model.has_kohya_keys();
     std::map<std::string, std::string> by_kohya;  // kohya stem -> module path
     for (const auto& item : model.named_modules("", false))
         by_kohya[kohya_name(item.key())] = item.key();
     std::map<std::string, LoRAOptions> per_module;
-    std::map<std::string, double> alphas;
-    for (const auto& [key, tensor] : tensors) {
-        for (const char* suffix : {".lora_down.weight", ".lora_A.weight", ".lora.down.weight"}) {
-            if (!ends_with(key, suffix)) continue;
-            const std::string stem = key.substr(0, key.size() - std::strlen(suffix));
-            std::string module_path;
-            if (unet && starts_with(stem, "lora_unet_")) {
-                auto it = by_kohya.find(stem);
-                if (it == by_kohya.end()) {
-                    throw FormatError(path.string(), "'" + key + "' names no module of this model");
+    const auto files = lora_files_of(target_model, given);
+    for (const auto& [path, expert] : files) {
+        const NamedTensors tensors = read_all_tensors(path);
+        for (const auto& [key, tensor] : tensors) {
+            for (const char* suffix :
+                 {".lora_down.weight", ".lora_A.weight", ".lora.down.weight"}) {
+                if (!ends_with(key, suffix)) continue;
+                const std::string stem = key.substr(0, key.size() - std::strlen(suffix));
+                std::string module_path;
+                if (unet && starts_with(stem, "lora_unet_")) {
+                    auto it = by_kohya.find(stem);
+                    if (it == by_kohya.end()) {
+                        throw FormatError(path.string(),
+                                          "'" + key + "' names no module of this model");
+                    }
+                    module_path = it->second;
+                } else if (const auto named = module_path_of(target_model, stem, expert)) {
+                    module_path = *named;
+                } else if (unet) {
+                    throw FormatError(path.string(), "'" + key +
+                                                         "' is neither a kohya (lora_unet_...) "
+                                                         "nor a PEFT (unet....) UNet LoRA key");
+                } else {
+                    throw FormatError(path.string(), "'" + key +
+                                                         "' is not a transformer LoRA key (" +
+                                                         peft_prefix + "<module>.lora_A.weight)");
                 }
-                module_path = it->second;
-            } else if (starts_with(stem, peft_prefix)) {
-                module_path = stem.substr(peft_prefix.size());
-            } else if (unet) {
-                throw FormatError(path.string(), "'" + key +
-                                                     "' is neither a kohya (lora_unet_...) "
-                                                     "nor a PEFT (unet....) UNet LoRA key");
-            } else {
-                throw FormatError(path.string(), "'" + key + "' is not a transformer LoRA key (" +
-                                                     peft_prefix + "<module>.lora_A.weight)");
+                LoRAOptions o;
+                o.rank = tensor.size(0);
+                o.alpha = static_cast<double>(o.rank);
+                per_module[module_path] = o;
             }
-            LoRAOptions o;
-            o.rank = tensor.size(0);
-            o.alpha = static_cast<double>(o.rank);
-            per_module[module_path] = o;
         }
-    }
-    for (const auto& [key, tensor] : tensors) {
-        if (!ends_with(key, ".alpha")) continue;
-        auto it = by_kohya.find(key.substr(0, key.size() - 6));
-        if (it != by_kohya.end() && per_module.count(it->second)) {
-            per_module[it->second].alpha = tensor.item<double>();
+        for (const auto& [key, tensor] : tensors) {
+            if (!ends_with(key, ".alpha")) continue;
+            auto it = by_kohya.find(key.substr(0, key.size() - 6));
+            if (it != by_kohya.end() && per_module.count(it->second)) {
+                per_module[it->second].alpha = tensor.item<double>();
+            }
         }
     }
     if (per_module.empty()) {
-        throw FormatError(path.string(), unet ? "holds no UNet LoRA weights"
-                                              : "holds no transformer LoRA weights");
+        throw FormatError(given.string(), unet ? "holds no UNet LoRA weights"
+                                               : "holds no transformer LoRA weights");
     }
     LoRANetwork network = LoRANetwork::attach_at(model, per_module, target_model);
-    load_lora(network, path);
+    load_lora(network, given);
     return network;
 }
 
-LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path) {
+namespace {
+
+// One file into the adapters of `targets` (the network's, or one expert's).
+void load_lora_file(const LoRANetwork& network, const std::vector<const LoRATarget*>& targets,
+                    const std::filesystem::path& path, LoRALoadReport& report) {
     const NamedTensors tensors = read_all_tensors(path);
-    LoRALoadReport report;
-    const bool kohya = network.target_model().has_kohya_keys() &&
-                       std::any_of(tensors.begin(), tensors.end(), [](const auto& t) {
-                           return starts_with(t.first, "lora_unet_");
-                       });
-    const std::string peft_prefix = network.target_model().file_prefix + ".";
+    const LoRAModel& model = network.target_model();
+    const bool kohya =
+        model.has_kohya_keys() && std::any_of(tensors.begin(), tensors.end(), [](const auto& t) {
+            return starts_with(t.first, "lora_unet_");
+        });
     report.layout = kohya ? LoRAFileLayout::kKohya : LoRAFileLayout::kPeft;
 
     // Module path by the name the file uses for it. kohya names replace '.' with '_', so they are
     // looked up in a table built from the network's own paths, never split on '_'.
     std::map<std::string, const LoRATarget*> by_file_name;
-    for (const LoRATarget& t : network.targets()) {
-        by_file_name[kohya ? kohya_name(t.path) : peft_prefix + t.path] = &t;
+    for (const LoRATarget* t : targets) {
+        by_file_name[kohya ? kohya_name(t->path) : lora_key_stem(model, t->path)] = t;
     }
     std::map<std::string, LoadedPair> pairs;
     std::vector<std::string> unknown;
@@ -237,6 +282,37 @@ LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path
             kohya ? p.alpha.value_or(static_cast<double>(a.rank())) / a.rank() : 1.0;
         a.up.copy_(p.up.to(at::kFloat) * (file_scale / a.scale()));
         ++report.loaded;
+    }
+}
+
+}  // namespace
+
+LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path) {
+    LoRALoadReport report;
+    const LoRAModel& model = network.target_model();
+    if (model.blocks.experts.empty()) {
+        std::vector<const LoRATarget*> all;
+        for (const LoRATarget& t : network.targets()) all.push_back(&t);
+        load_lora_file(network, all, path, report);
+        return report;
+    }
+    // Each expert with a LoRA from its own file beside `path`.
+    const auto files = lora_files_of(model, path);
+    for (const DenoiserExpert& expert : model.blocks.experts) {
+        std::vector<const LoRATarget*> mine;
+        for (const LoRATarget& t : network.targets()) {
+            if (model.blocks.expert_of(t.path) == &expert) mine.push_back(&t);
+        }
+        if (mine.empty()) continue;
+        const auto file = std::find_if(files.begin(), files.end(),
+                                       [&](const auto& f) { return f.second == &expert; });
+        if (file == files.end()) {
+            throw IoError(expert_file(path, expert).string(),
+                          "does not exist: the network trains this expert, so its LoRA is this "
+                          "file beside " +
+                              path.filename().string());
+        }
+        load_lora_file(network, mine, file->first, report);
     }
     return report;
 }

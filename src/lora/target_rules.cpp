@@ -37,7 +37,40 @@ bool is_unet_target(const std::string& path, LayerKind kind, const TargetRules& 
 
 LoRAModel lora_model_of(config::Arch arch) {
     const config::ArchInfo& row = config::arch_info(arch);
-    return {family_entry(row.family).blocks(), row.lora_prefix};
+    return {family_entry(row.family).blocks(), row.lora_prefix, row.lora_module_names};
+}
+
+LoRAModel with_trained_experts(LoRAModel model, const std::vector<bool>& trained) {
+    if (model.blocks.experts.empty() || trained.empty()) return model;
+    std::vector<DenoiserExpert> kept;
+    for (std::size_t i = 0; i < model.blocks.experts.size(); ++i) {
+        if (i < trained.size() && trained[i]) kept.push_back(model.blocks.experts[i]);
+    }
+    std::vector<std::string> prefixes;
+    for (const std::string& prefix : model.blocks.prefixes) {
+        for (const DenoiserExpert& e : kept) {
+            if (prefix.compare(0, e.module_prefix.size(), e.module_prefix) == 0) {
+                prefixes.push_back(prefix);
+                break;
+            }
+        }
+    }
+    model.blocks.prefixes = std::move(prefixes);
+    model.blocks.experts = std::move(kept);
+    return model;
+}
+
+LoRAModel lora_model_of(const config::ProcessConfig& process) {
+    return with_trained_experts(
+        lora_model_of(process.choices.arch.value_or(config::Arch::kSd1)),
+        {process.model.model_kwargs.train_high_noise, process.model.model_kwargs.train_low_noise});
+}
+
+std::vector<std::string> lora_file_suffixes(const LoRAModel& model) {
+    if (model.blocks.experts.empty()) return {""};
+    std::vector<std::string> out;
+    for (const DenoiserExpert& e : model.blocks.experts) out.push_back(e.file_suffix);
+    return out;
 }
 
 std::optional<UNetModuleSet> parse_unet_module_set(const std::string& name) {

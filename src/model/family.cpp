@@ -9,6 +9,7 @@
 #include "loom/model/sd/stable_diffusion.h"
 #include "loom/model/text/clip_text_model.h"
 #include "loom/model/wan/wan_family.h"
+#include "loom/model/wan22/wan22_family.h"
 
 namespace loom {
 
@@ -20,6 +21,8 @@ const std::vector<FamilyEntry>& family_table() {
          FluxFamily::eval_components},
         {config::FamilyKind::kWan, WanFamily::load, WanFamily::declared_blocks,
          WanFamily::eval_components},
+        {config::FamilyKind::kWan22, Wan22Family::load, Wan22Family::declared_blocks,
+         Wan22Family::eval_components},
     };
     return table;
 }
@@ -37,6 +40,11 @@ config::Arch detect_arch(const DiffusersFolder& folder) {
         throw FormatError((folder.root / "model_index.json").string(),
                           "pipeline class '" + folder.pipeline_class + "' is not one loom loads (" +
                               config::pipeline_class_list() + ")");
+    }
+    if (archs.front() == config::Arch::kWan21) {
+        // WanPipeline: Wan 2.2 14B lists its low-noise expert as transformer_2 (Wan 2.1's
+        // model_index.json has it null, or not at all).
+        return folder.has("transformer_2") ? config::Arch::kWan22_14b : config::Arch::kWan21;
     }
     if (archs.front() != config::Arch::kSd1) return archs.front();
     // StableDiffusionPipeline: SD 1.x's CLIP ViT-L is 768 wide, SD 2.x's OpenCLIP ViT-H 1024.

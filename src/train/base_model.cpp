@@ -28,6 +28,8 @@ std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& proce
     }
     FamilyLoadOptions options;
     options.v_prediction = process.model.is_v_pred;
+    options.trained_experts = {process.model.model_kwargs.train_high_noise,
+                               process.model.model_kwargs.train_low_noise};
     options.dtype =
         process.choices.precision == config::Precision::kBFloat16 ? at::kBFloat16 : at::kFloat;
     std::unique_ptr<ModelFamily> model;

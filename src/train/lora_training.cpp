@@ -96,11 +96,12 @@ void LoRATraining::step(std::int64_t step_index, double max_grad_norm, StepGraph
     if (ema_) ema_->update(network_->parameters());
 }
 
-void LoRATraining::save_file(const std::filesystem::path& file,
-                             const config::ProcessConfig& process, SafetensorsMetadata metadata) {
+std::vector<std::filesystem::path> LoRATraining::save_file(const std::filesystem::path& file,
+                                                           const config::ProcessConfig& process,
+                                                           SafetensorsMetadata metadata) {
     EmaWeights ema(*this);
-    save_lora(*network_, file, file_layout(process.choices.lora_layout),
-              scalar_type(process.choices.save_dtype), std::move(metadata));
+    return save_lora(*network_, file, file_layout(process.choices.lora_layout),
+                     scalar_type(process.choices.save_dtype), std::move(metadata));
 }
 
 CheckpointState LoRATraining::checkpoint(std::int64_t step) const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "loom/core/error.h"
 #include "loom/data/rng.h"
 #include "loom/device/device.h"
 #include "loom/model/family.h"
@@ -30,7 +31,23 @@ ObjectiveOptions ObjectiveOptions::from(const config::ProcessConfig& process) {
     // The config layer replaced the types loom does not draw (warned) for flow-matching jobs.
     o.timestep_type =
         parse_flow_timestep_type(process.train.timestep_type).value_or(FlowTimestepType::sigmoid);
+    o.switch_every = std::max(1, process.train.switch_boundary_every);
+    o.job_batch =
+        std::max(1, process.datasets.empty()
+                        ? process.train.batch_size
+                        : process.datasets.front().batch_size.value_or(process.train.batch_size));
+    o.job_accumulation = std::max(1, process.train.gradient_accumulation);
     return o;
+}
+
+std::size_t expert_turn(std::int64_t step_index, std::size_t slot, const ObjectiveOptions& o,
+                        std::size_t experts) {
+    if (experts <= 1) return 0;
+    const auto micro_batch =
+        static_cast<std::uint64_t>(step_index) * static_cast<std::uint64_t>(o.job_accumulation) +
+        slot / static_cast<std::size_t>(o.job_batch);
+    return static_cast<std::size_t>((micro_batch / static_cast<std::uint64_t>(o.switch_every)) %
+                                    experts);
 }
 
 std::int64_t shaped_timestep(double u, int lo, int hi, config::TimestepBias bias) {
@@ -51,11 +68,26 @@ DiffusionObjective::DiffusionObjective(ObjectiveOptions options, FlowMatchConfig
 
 DiffusionObjective DiffusionObjective::for_family(ObjectiveOptions options,
                                                   const ModelFamily& family) {
+    DiffusionObjective objective;
     switch (family.objective_kind()) {
-        case ObjectiveKind::kFlowMatch: return DiffusionObjective(options, family.flow_match());
-        case ObjectiveKind::kDdpm: break;
+        case ObjectiveKind::kFlowMatch:
+            objective = DiffusionObjective(options, family.flow_match());
+            break;
+        case ObjectiveKind::kDdpm:
+            objective = DiffusionObjective(options, NoiseSchedule(family.ddpm_schedule()));
+            break;
     }
-    return DiffusionObjective(options, NoiseSchedule(family.ddpm_schedule()));
+    const std::vector<ExpertSpan> spans = family.expert_spans();
+    const std::vector<bool> trained = family.trained_experts();
+    std::vector<std::pair<double, double>> cycle;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+        if (i < trained.size() && trained[i]) cycle.emplace_back(spans[i].above, spans[i].upto);
+    }
+    objective.set_expert_cycle(std::move(cycle));
+    if (!spans.empty() && !objective.flow_matching()) {
+        throw Error("a denoiser of several experts trains with flow matching only");
+    }
+    return objective;
 }
 
 NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<std::size_t>& slots,
@@ -71,9 +103,18 @@ NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<st
             // clip [B, C, F, h, w]), one index from it.
             const int64_t frames = x0.dim() == 5 ? x0.size(2) : 1;
             const int64_t tokens = frames * (x0.size(-2) / 2) * (x0.size(-1) / 2);
-            b.slot_timesteps.push_back(
-                flow_match_sample_timesteps(options_.timestep_type, *flow_, tokens, 1, gen)
-                    .item<double>());
+            if (expert_cycle_.empty()) {
+                b.slot_timesteps.push_back(
+                    flow_match_sample_timesteps(options_.timestep_type, *flow_, tokens, 1, gen)
+                        .item<double>());
+            } else {
+                const auto& [above, upto] =
+                    expert_cycle_[expert_turn(step_index, slot, options_, expert_cycle_.size())];
+                b.slot_timesteps.push_back(flow_match_sample_timesteps_in(options_.timestep_type,
+                                                                          *flow_, tokens, 1, gen,
+                                                                          above, upto)
+                                               .item<double>());
+            }
         } else {
             const double u = at::rand({1}, gen, at::kDouble).item<double>();
             b.slot_timesteps.push_back(static_cast<double>(

@@ -46,6 +46,21 @@ fs::path RunFolder::final_lora() const {
     return root_ / (name_ + ".safetensors");
 }
 
+std::vector<fs::path> RunFolder::final_lora_files() const {
+    std::vector<fs::path> files;
+    for (const std::string& suffix : lora_suffixes_)
+        files.push_back(root_ / (name_ + suffix + ".safetensors"));
+    return files;
+}
+
+bool RunFolder::has_final_lora() const {
+    std::error_code ec;
+    for (const fs::path& f : final_lora_files()) {
+        if (fs::exists(f, ec)) return true;
+    }
+    return false;
+}
+
 fs::path RunFolder::checkpoint_dir(int64_t step) const {
     return state_dir() / step_label(step);
 }
@@ -73,17 +88,25 @@ std::vector<int64_t> RunFolder::step_loras() const {
     std::error_code ec;
     if (!fs::is_directory(root_, ec)) return steps;
     for (const auto& entry : fs::directory_iterator(root_, ec)) {
-        const auto step = parse_step(entry.path().filename().string(), name_ + "_", ".safetensors");
-        if (step) steps.push_back(*step);
+        for (const std::string& suffix : lora_suffixes_) {
+            const auto step =
+                parse_step(entry.path().filename().string(), name_ + "_", suffix + ".safetensors");
+            if (step) steps.push_back(*step);
+        }
     }
     std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
     return steps;
 }
 
 void RunFolder::prune(std::size_t keep) const {
     std::error_code ec;
     const auto loras = step_loras();
-    for (std::size_t i = 0; i + keep < loras.size(); ++i) fs::remove(step_lora(loras[i]), ec);
+    for (std::size_t i = 0; i + keep < loras.size(); ++i) {
+        for (const std::string& suffix : lora_suffixes_) {
+            fs::remove(root_ / (name_ + "_" + step_label(loras[i]) + suffix + ".safetensors"), ec);
+        }
+    }
     const auto checkpoints = complete_checkpoints();
     // Always keep the newest checkpoint: it is the resume point.
     const std::size_t keep_states = std::max<std::size_t>(keep, 1);

@@ -9,7 +9,9 @@ void Trainer::load() {
     low_vram_.reset();
     model_.reset();  // a retried load first lets go of the failed attempt's weights
     model_ = load_frozen_base(process_);
-    objective_ = DiffusionObjective::for_family(ObjectiveOptions::from(process_), *model_);
+    ObjectiveOptions objective = ObjectiveOptions::from(process_);
+    objective.job_batch *= ranks();  // a micro-batch of every rank's items: the slots are global
+    objective_ = DiffusionObjective::for_family(objective, *model_);
     // low_vram_ exists only once the model is placed: after an OOM during placement the
     // ladder's new level must not be applied to a half-placed model — the retry reloads.
     auto placement = std::make_unique<LowVramMode>(*model_, *device_, placement_options());
@@ -20,8 +22,12 @@ void Trainer::load() {
     train_log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",
                      process_.model.name_or_path, config::to_string(model_->arch()),
                      loaded.to_string(), loaded.allocated);
-    lora_ = std::make_unique<LoRATraining>(process_, model_->denoiser(),
-                                           lora_model_of(model_->arch()), *device_, seed());
+    // A denoiser of experts: a LoRA for the trained ones only, each in its own file.
+    const LoRAModel lora_model =
+        with_trained_experts(lora_model_of(model_->arch()), model_->trained_experts());
+    run_.set_lora_suffixes(lora_file_suffixes(lora_model));
+    lora_ =
+        std::make_unique<LoRATraining>(process_, model_->denoiser(), lora_model, *device_, seed());
 }
 
 void Trainer::prepare_data() {
@@ -213,11 +219,14 @@ TrainSummary Trainer::run() {
             p->hits, p->direct, p->wasted, p->periods);
     }
     finish(summary);
-    summary.final_lora = run_.final_lora();
+    summary.final_loras = run_.final_lora_files();
+    summary.final_lora = summary.final_loras.front();
     if (record) record->end(RunStatus::kCompleted);
+    std::string loras;
+    for (const fs::path& f : summary.final_loras) loras += (loras.empty() ? "" : ", ") + f.string();
     train_log().info("done: {} (LoRA {}, samples {}, events {}, plan {}{})", run_.root().string(),
-                     run_.final_lora().string(), run_.samples_dir().string(),
-                     run_.events_jsonl().string(), run_.plan_yaml().string(),
+                     loras, run_.samples_dir().string(), run_.events_jsonl().string(),
+                     run_.plan_yaml().string(),
                      fs::exists(run_.stable_yaml()) ? ", stable plan " + run_.stable_yaml().string()
                                                     : std::string());
     if (guard_->oom_count() > 0) {

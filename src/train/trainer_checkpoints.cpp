@@ -8,7 +8,7 @@ void Trainer::save(std::int64_t step, bool final) {
     if (!final) rngs = rank_rng_states();
     if (!leader()) return;
     const fs::path file = final ? run_.final_lora() : run_.step_lora(step);
-    lora_->save_file(
+    const std::vector<fs::path> files = lora_->save_file(
         file, process_,
         kohya_metadata(job_, process_, {step, model_->arch(), plan().gradient_checkpointing}));
     if (!final) {
@@ -22,8 +22,14 @@ void Trainer::save(std::int64_t step, bool final) {
         save_checkpoint(run_.checkpoint_dir(step), s);
         run_.prune(static_cast<std::size_t>(process_.save.max_step_saves_to_keep));
     }
-    events_->record("save", {{"step", step}, {"file", file.string()}, {"final", final}});
-    train_log().info("saved {}", file.string());
+    // A pair of expert files (Wan 2.2): "file" is the first, "files" all of them.
+    std::string names;
+    for (const fs::path& f : files) names += (names.empty() ? "" : ", ") + f.string();
+    std::vector<guard::EventField> fields = {
+        {"step", step}, {"file", files.front().string()}, {"final", final}};
+    if (files.size() > 1) fields.emplace_back("files", names);
+    events_->record("save", fields);
+    train_log().info("saved {}", names);
     if (!final && overrides_.after_checkpoint) {
         try {
             overrides_.after_checkpoint(run_.root());

@@ -12,6 +12,11 @@ with diffusers, never downloaded, and its outputs.
                      FlowMatchEuler scheduler with shift 3)
   cases/wan_pipeline.*  the pipeline's prompt embeddings (trimmed, zero-padded to 512) and the
                      clips it samples with classifier-free guidance, one frame and five
+  wan22/pipeline/    a tiny Wan 2.2 14B WanPipeline folder: two experts (transformer, the high-noise
+                     one, and transformer_2) with boundary_ratio 0.875 over the pipeline's VAE and
+                     UMT5
+  cases/wan22_pipeline.*  each expert's prediction for a batch with one timestep on each side of
+                     the boundary, and the clips the pipeline samples through both experts
   cases/wan_vae.*    its latent distribution for a 9-frame 16x24 clip (three chunks, so every
                      causal cache is used) and a one-frame image, the decoding of 3 latent
                      frames, and the pipeline's latent normalisation
@@ -110,9 +115,46 @@ def build_pipeline(out, cases, tokenizer):
     save_case(cases, "wan_pipeline", inputs, expected)
 
 
+def build_wan22(out, cases, tokenizer):
+    """Wan 2.2 14B's layout: WanPipeline with transformer_2 and boundary_ratio (diffusers'
+    pipeline_wan.py: the high-noise `transformer` for t >= boundary, `transformer_2` below)."""
+    from transformers import UMT5EncoderModel
+
+    text_encoder = UMT5EncoderModel.from_pretrained(os.path.join(out, "umt5")).eval()
+    width = text_encoder.config.d_model
+    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
+                       transformer=transformer(text_dim=width, seed=37),
+                       transformer_2=transformer(text_dim=width, seed=41),
+                       vae=vae(), scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+                       boundary_ratio=0.875)
+    pipe.save_pretrained(os.path.join(out, "wan22", "pipeline"), safe_serialization=True)
+    g = torch.Generator().manual_seed(221)
+    clip = torch.randn(2, LATENT_CHANNELS, 2, 4, 6, generator=g)
+    text = torch.randn(2, 5, width, generator=g)
+    timestep = torch.tensor([950.0, 300.0])  # one above the boundary (875), one below
+    expected = {"high": pipe.transformer(clip, timestep, text).sample,
+                "low": pipe.transformer_2(clip, timestep, text).sample}
+    inputs = {"hidden_states": clip, "timestep": timestep, "encoder_hidden_states": text}
+    for frames in (1, 5):
+        noise = torch.cat([torch.randn(1, LATENT_CHANNELS, (frames - 1) // 4 + 1, 2, 4,
+                                       generator=torch.Generator().manual_seed(seed))
+                           for seed in (7, 8)])
+        # 4 steps at shift 3: t = 1000 (the high-noise expert), then about 858, 602, 9 (low-noise).
+        latents = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, height=16, width=32,
+                       num_frames=frames, num_inference_steps=4, guidance_scale=4.0,
+                       latents=noise.clone(), output_type="latent").frames
+        mean = torch.tensor(pipe.vae.config.latents_mean).view(1, -1, 1, 1, 1)
+        inv_std = 1.0 / torch.tensor(pipe.vae.config.latents_std).view(1, -1, 1, 1, 1)
+        inputs[f"noise_{frames}"] = noise
+        expected[f"latents_{frames}"] = latents
+        expected[f"clip_{frames}"] = pipe.vae.decode(latents / inv_std + mean).sample
+    save_case(cases, "wan22_pipeline", inputs, expected)
+
+
 def build(out, cases, tokenizer):
     build_vae(out, cases)
     build_pipeline(out, cases, tokenizer)
+    build_wan22(out, cases, tokenizer)
     model = transformer()
     model.save_pretrained(os.path.join(out, "wan", "transformer"), safe_serialization=True)
     g = torch.Generator().manual_seed(191)

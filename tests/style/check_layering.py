@@ -64,6 +64,7 @@ MODEL_FAMILIES = {
     "sd": [],
     "flux": [],
     "wan": [],
+    "wan22": ["wan"],  # Wan 2.2 14B: two Wan 2.1 transformers over its VAE and UMT5
 }
 
 # The only layers whose code may name HostScope.

@@ -118,6 +118,51 @@ TEST(Objective, NoiseOffsetAddsOneConstantPerChannel) {
     EXPECT_TRUE(torch::equal(plain.noise, torch::stack(b.slot_noise)));
 }
 
+// Wan 2.2's experts: one trains switch_every micro-batches of the job's batch, then the next,
+// counted from the first step; a slot keeps its expert however the plan splits the step.
+TEST(Objective, ExpertTurnsFollowTheJobsMicroBatches) {
+    ObjectiveOptions o;
+    o.switch_every = 2;
+    o.job_batch = 2;
+    o.job_accumulation = 2;  // steps of 4 slots: micro-batches {0, 1} and {2, 3}
+    std::vector<std::size_t> turns;
+    for (std::int64_t step = 0; step < 3; ++step) {
+        for (std::size_t slot = 0; slot < 4; slot += 2)
+            turns.push_back(expert_turn(step, slot, o, 2));
+    }
+    EXPECT_EQ(turns, (std::vector<std::size_t>{0, 0, 1, 1, 0, 0}));
+    EXPECT_EQ(expert_turn(1, 3, o, 2), expert_turn(1, 2, o, 2));  // one micro-batch, one expert
+    EXPECT_EQ(expert_turn(5, 0, o, 1), 0u);                       // one trained expert
+    o.switch_every = 1;
+    o.job_accumulation = 1;
+    EXPECT_EQ(expert_turn(0, 1, o, 2), 0u);
+    EXPECT_EQ(expert_turn(1, 0, o, 2), 1u);
+}
+
+TEST(Objective, EachExpertDrawsItsTimestepsInsideItsSpan) {
+    const auto device = open_device(DeviceSpec{DeviceKind::kCpu});
+    ObjectiveOptions o;
+    o.timestep_type = FlowTimestepType::linear;
+    FlowMatchConfig c;
+    c.shift = 5.0;
+    DiffusionObjective objective(o, c);
+    objective.set_expert_cycle({{875.0, 1000.0}, {0.0, 875.0}});
+    const at::Tensor x0 = torch::randn({1, 4, 1, 4, 4});
+    for (std::int64_t step = 0; step < 40; ++step) {
+        const double t = objective.noise(x0, {0}, 3, step, *device).slot_timesteps[0];
+        if (step % 2 == 0) {
+            EXPECT_GT(t, 875.0) << step;
+        } else {
+            EXPECT_LE(t, 875.0) << step;
+        }
+    }
+    // A span no table entry lies in gives the nearest entry.
+    at::Generator gen = at::detail::createCPUGenerator(1);
+    const at::Tensor t =
+        flow_match_sample_timesteps_in(FlowTimestepType::linear, c, 16, 3, gen, 1000.0, 2000.0);
+    EXPECT_TRUE(at::equal(t, at::full({3}, 1000.0f)));
+}
+
 TEST(Objective, LossIsMseOrMaeInFloat32) {
     const at::Tensor pred = torch::tensor({1.0f, -2.0f, 0.5f}).to(at::kBFloat16);
     const at::Tensor target = torch::tensor({0.0f, 0.0f, 0.0f});

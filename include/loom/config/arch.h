@@ -18,10 +18,15 @@
 namespace loom::config {
 
 // The archs loom builds (loads, and trains where the row says so).
-enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21 };
+enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b };
 
 // The family implementation an arch is trained through (model/family.h).
-enum class FamilyKind { kStableDiffusion, kFlux, kWan };
+enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22 };
+
+// How a LoRA file names the denoiser's modules: diffusers' own paths ("blocks.0.attn1.to_q"), or
+// the original Wan checkpoint's ("blocks.0.self_attn.q"), as ai-toolkit writes Wan 2.2 LoRAs
+// (toolkit/models/wan21/wan_lora_convert.py::convert_to_original) and diffusers' Wan loader reads.
+enum class LoRAModuleNames { kDiffusers, kWanOriginal };
 
 // How previews are guided: a classifier-free pass beside the conditional one (a guidance scale
 // above 1 doubles the sampling batch), or a distilled guidance embedding (Flux.1: one pass).
@@ -49,11 +54,12 @@ struct ArchInfo {
     const char* kohya_base_model;
     const char* kohya_network_module;
     // The component name of its PEFT-layout LoRA keys ("unet.<path>.lora_A",
-    // "transformer.<path>.lora_A").
+    // "transformer.<path>.lora_A", Wan 2.2's "diffusion_model.<path>.lora_A").
     const char* lora_prefix;
+    LoRAModuleNames lora_module_names;
 };
 
-// "Stable Diffusion", "Flux", "Wan": for messages that speak of the family.
+// "Stable Diffusion", "Flux", "Wan", "Wan 2.2": for messages that speak of the family.
 const char* to_string(FamilyKind family);
 
 // One row per Arch, in the enum's order.

@@ -14,6 +14,21 @@
 
 namespace loom::config {
 
+// `model.model_kwargs`: the family-specific keys ai-toolkit passes to the model.
+struct ModelKwargs {
+    // Wan 2.2 14B: which experts get a LoRA (ai-toolkit's wan22_14b_model.py; both by default,
+    // at least one).
+    bool train_high_noise = true;
+    bool train_low_noise = true;
+
+    template <class V>
+    static void fields(V& v) {
+        v("train_high_noise", &ModelKwargs::train_high_noise);
+        v("train_low_noise", &ModelKwargs::train_low_noise);
+        v.not_yet({"match_target_res"});
+    }
+};
+
 struct ModelConfig {
     std::string name_or_path;
     std::optional<std::string> arch;  // resolved from the legacy is_* flags when absent
@@ -34,6 +49,7 @@ struct ModelConfig {
     std::optional<bool> quantize_te;  // resolved: quantize when absent
     std::string qtype_te = "qfloat8";
     bool low_vram = false;
+    ModelKwargs model_kwargs;
 
     template <class V>
     static void fields(V& v) {
@@ -58,6 +74,7 @@ struct ModelConfig {
         v("quantize_te", &ModelConfig::quantize_te);
         v("qtype_te", &ModelConfig::qtype_te);
         v("low_vram", &ModelConfig::low_vram);
+        v("model_kwargs", &ModelConfig::model_kwargs);
         v.not_yet({"quantize_kwargs",
                    "layer_offloading",
                    "layer_offloading_transformer_percent",
@@ -84,7 +101,6 @@ struct ModelConfig {
                    "cache_size_limit",
                    "split_model_over_gpus",
                    "attn_masking",
-                   "model_kwargs",
                    "ignore_if_contains",
                    "only_if_contains",
                    "text_encoder_bits",

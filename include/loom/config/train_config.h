@@ -96,6 +96,10 @@ struct TrainConfig {
     double noise_offset = 0.0;
     EmaConfig ema_config;
     bool cache_text_embeddings = false;
+    // A model of several experts (Wan 2.2 14B): how many micro-batches of the job's batch size
+    // one expert trains before the next takes over (ai-toolkit's SDTrainer counts them the same
+    // way; loom counts from the run's first step, so a resumed run keeps the cadence).
+    int switch_boundary_every = 1;
 
     template <class V>
     static void fields(V& v) {
@@ -151,6 +155,7 @@ struct TrainConfig {
         v("noise_offset", &TrainConfig::noise_offset, AtLeast{0});
         v("ema_config", &TrainConfig::ema_config);
         v("cache_text_embeddings", &TrainConfig::cache_text_embeddings);
+        v("switch_boundary_every", &TrainConfig::switch_boundary_every, AtLeast{1});
         v.not_yet({"refiner_lr",
                    "embedding_lr",
                    "adapter_lr",
@@ -231,7 +236,6 @@ struct TrainConfig {
                    "do_blank_stabilization",
                    "merge_network_on_save",
                    "merge_network_on_save_strength",
-                   "switch_boundary_every",
                    "audio_loss_multiplier",
                    "free_u",
                    "train_turbo",

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "loom/io/safetensors.h"
 #include "loom/lora/lora_network.h"
@@ -25,16 +26,20 @@ LoRAFileLayout parse_lora_layout(const std::string& text);
 
 // Writes the network's weights at `dtype` (the job's save.dtype) with `metadata` (ss_* keys,
 // training_info, the job's meta block), plus "format": "pt". Atomic. Throws loom::Error for the
-// kohya layout of a Flux network.
-void save_lora(const LoRANetwork& network, const std::filesystem::path& path, LoRAFileLayout layout,
-               at::ScalarType dtype, SafetensorsMetadata metadata);
+// kohya layout of a Flux network. A denoiser of experts gets one file per expert with a LoRA
+// beside `path` (lora/lora_file_names.h); returns the files written.
+std::vector<std::filesystem::path> save_lora(const LoRANetwork& network,
+                                             const std::filesystem::path& path,
+                                             LoRAFileLayout layout, at::ScalarType dtype,
+                                             SafetensorsMetadata metadata);
 
 struct LoRALoadReport {
     LoRAFileLayout layout = LoRAFileLayout::kKohya;
     std::size_t loaded = 0;  // modules whose weights were set
 };
 
-// Loads a LoRA file (either layout, detected from its keys) into `network`'s adapters. A module
+// Loads a LoRA file (either layout, detected from its keys) into `network`'s adapters; for a
+// denoiser of experts `path` names any file of the set, and each expert's is read. A module
 // of the file that the network has no LoRA for, a LoRA of the network missing from the file, or
 // a rank/shape mismatch is a FormatError naming the file and the first such modules.
 LoRALoadReport load_lora(LoRANetwork& network, const std::filesystem::path& path);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "loom/config/arch.h"
+#include "loom/config/job.h"
 #include "loom/model/denoiser_blocks.h"
 
 namespace loom {
@@ -38,13 +39,27 @@ enum class LayerKind { kLinear, kConv1x1, kConv3x3 };
 struct LoRAModel {
     DenoiserBlocks blocks;
     std::string file_prefix;
+    // How the file names the modules (the arch row's; lora/lora_file_names.h).
+    config::LoRAModuleNames module_names = config::LoRAModuleNames::kDiffusers;
     // kohya keys (lora_unet_...) name a UNet's modules only.
     bool has_kohya_keys() const { return blocks.lora_targeting == LoRATargeting::kUNetModuleSets; }
 };
 
 // The LoRA model of an arch: its family's declared blocks (model/family_registry.h) and its
-// row's LoRA prefix.
+// row's LoRA prefix and module names.
 LoRAModel lora_model_of(config::Arch arch);
+
+// `model` with a LoRA for the experts `trained` says train only (by index into
+// model.blocks.experts; Wan 2.2's model_kwargs): the others' blocks get no LoRA and no file. A
+// model without experts, or an empty `trained`, is returned as it is.
+LoRAModel with_trained_experts(LoRAModel model, const std::vector<bool>& trained);
+
+// What a job's process trains: its arch's LoRA model with the experts its model_kwargs train.
+LoRAModel lora_model_of(const config::ProcessConfig& process);
+
+// What each file of the model's LoRA adds to the run's name: {""} for one file, else each
+// expert's suffix ("_high_noise", "_low_noise").
+std::vector<std::string> lora_file_suffixes(const LoRAModel& model);
 
 // The UNet module sets above.
 enum class UNetModuleSet { kAiToolkit, kKohya };

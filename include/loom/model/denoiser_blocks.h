@@ -20,10 +20,21 @@ enum class LoRATargeting {
     kBlockLinears,
 };
 
+// One expert of a denoiser made of several (Wan 2.2 14B: the high-noise transformer and the
+// low-noise one): the submodule it is, and what its own LoRA file's name adds to the run's
+// (ai-toolkit's "<name>_high_noise.safetensors").
+struct DenoiserExpert {
+    std::string module_prefix;  // "transformer_1.", ending in '.'
+    std::string file_suffix;    // "_high_noise"
+};
+
 struct DenoiserBlocks {
     // Module-path prefixes of the blocks ("transformer_blocks.", "blocks."), each ending in '.'.
     std::vector<std::string> prefixes;
     LoRATargeting lora_targeting = LoRATargeting::kBlockLinears;
+    // Empty for one denoiser (one LoRA file); else every expert, in the family's order: each
+    // block lies inside one, and each trained expert's LoRA is saved in its own file.
+    std::vector<DenoiserExpert> experts;
 
     // Whether `module_path` (a path inside the denoiser) lies inside one of the blocks.
     bool contains(const std::string& module_path) const {
@@ -31,6 +42,13 @@ struct DenoiserBlocks {
             if (module_path.compare(0, p.size(), p) == 0) return true;
         }
         return false;
+    }
+    // The expert `module_path` lies in; nullptr without experts or outside them.
+    const DenoiserExpert* expert_of(const std::string& module_path) const {
+        for (const DenoiserExpert& e : experts) {
+            if (module_path.compare(0, e.module_prefix.size(), e.module_prefix) == 0) return &e;
+        }
+        return nullptr;
     }
 };
 

@@ -7,15 +7,18 @@
 // data with it, asks it for predictions and samples previews through it.
 //
 // Implementations: StableDiffusionFamily (SD 1.x/2.x, SDXL: a UNet, DDPM), FluxFamily (Flux.1
-// dev and schnell: a transformer over packed latents, flow matching) and WanFamily (Wan 2.1
-// text-to-video: a transformer over latent clips, flow matching), as llama.cpp's graph builders
+// dev and schnell: a transformer over packed latents, flow matching), WanFamily (Wan 2.1
+// text-to-video: a transformer over latent clips, flow matching) and Wan22Family (Wan 2.2 14B
+// text-to-video: two such transformers, one per range of timesteps), as llama.cpp's graph builders
 // hide each architecture behind llm_arch.
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +44,14 @@ struct StepConditioning {
     at::Tensor context;  // [B, tokens, width]
     at::Tensor pooled;   // [B, width], or undefined for a family without one (SD 1.x)
     at::Tensor extra;    // family-specific, made by extra_conditioning (SDXL's size ids)
+};
+
+// The training timesteps of one expert of a denoiser made of several (Wan 2.2 14B: the
+// high-noise expert above the boundary, the low-noise one at and below it), on the 0..1000 scale.
+struct ExpertSpan {
+    double above = 0;    // exclusive
+    double upto = 1000;  // inclusive
+    bool contains(double t) const { return t > above && t <= upto; }
 };
 
 class ModelFamily {
@@ -96,18 +107,43 @@ class ModelFamily {
     virtual at::Tensor predict(const at::Tensor& noisy, const at::Tensor& timesteps,
                                const StepConditioning& conditioning) = 0;
 
+    // --- experts (a denoiser of several, each for its own timesteps: Wan 2.2 14B) ---
+    // Each expert's training timesteps, in blocks().experts' order; empty for one denoiser.
+    virtual std::vector<ExpertSpan> expert_spans() const { return {}; }
+    // Whether each expert trains (model.model_kwargs); empty for one denoiser.
+    virtual std::vector<bool> trained_experts() const { return {}; }
+    // Expert `index` as a module (what placement moves between the host and the device).
+    virtual torch::nn::Module* expert(std::size_t /*index*/) { return nullptr; }
+    // Called with an expert's index before it computes (predict, previews): the trainer's
+    // placement brings it to the device and, with the idle expert on the host, sends the others
+    // there (train/low_vram.h). Without one, every expert stays where it is.
+    void set_expert_placement(std::function<void(std::size_t)> place) {
+        place_expert_ = std::move(place);
+    }
+
     // --- previews ---
     // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order; a video family
     // gives a request of more than one frame its clip, uint8 [F, H, W, 3].
     virtual std::vector<at::Tensor> sample(const std::vector<PreviewRequest>& requests,
                                            const PreviewOptions& options,
                                            const at::Device& device) = 0;
+
+  protected:
+    void place_expert(std::size_t index) {
+        if (place_expert_) place_expert_(index);
+    }
+
+  private:
+    std::function<void(std::size_t)> place_expert_;
 };
 
 struct FamilyLoadOptions {
     at::ScalarType dtype = at::kFloat;
     // A DDPM family predicts velocity (ai-toolkit's model.is_v_pred); flow matching ignores it.
     bool v_prediction = false;
+    // A denoiser of several experts: which ones train (Wan 2.2: model.model_kwargs'
+    // train_high_noise, train_low_noise); empty: all of them. Others ignore it.
+    std::vector<bool> trained_experts;
 };
 
 struct DiffusersFolder;

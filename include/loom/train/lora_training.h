@@ -49,9 +49,11 @@ class LoRATraining {
     void step(std::int64_t step_index, double max_grad_norm, StepGraphs& graphs);
 
     // The LoRA file of `process` (save.format, save.dtype) holding the EMA weights when there is
-    // an EMA, as ai-toolkit saves them. Atomic.
-    void save_file(const std::filesystem::path& file, const config::ProcessConfig& process,
-                   SafetensorsMetadata metadata);
+    // an EMA, as ai-toolkit saves them. Atomic. Returns the files written: `file`, or for a
+    // denoiser of experts one file per trained expert beside it (lora/lora_file_names.h).
+    std::vector<std::filesystem::path> save_file(const std::filesystem::path& file,
+                                                 const config::ProcessConfig& process,
+                                                 SafetensorsMetadata metadata);
 
     // The LoRA, optimizer and EMA parts of a checkpoint at `step` (host copies).
     CheckpointState checkpoint(std::int64_t step) const;

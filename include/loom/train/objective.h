@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "loom/config/choices.h"
@@ -35,6 +36,15 @@ struct ObjectiveOptions {
     config::LossType loss = config::LossType::kMse;
     // Flow matching: train.timestep_type (resolved to one loom draws for flow-matching jobs).
     FlowTimestepType timestep_type = FlowTimestepType::sigmoid;
+    // A denoiser of several experts (Wan 2.2 14B): one expert trains `switch_every` micro-batches
+    // of the job's own batch (`job_batch` items: the job's batch size times the ranks;
+    // `job_accumulation` of them a step), then the next trained one (train.switch_boundary_every,
+    // as ai-toolkit's SDTrainer counts micro-batches). The count starts at the run's first step,
+    // and the job's batch, not the plan's, defines a micro-batch: a retry under batch 1 x
+    // accumulation or a resumed run gives each slot the expert it had.
+    int switch_every = 1;
+    int job_batch = 1;
+    int job_accumulation = 1;
 
     static ObjectiveOptions from(const config::ProcessConfig& process);
 };
@@ -43,6 +53,11 @@ struct ObjectiveOptions {
 // (train.content_or_style) shapes u to u³, so low timesteps come more often; style to 1 − u³,
 // so high (noisier) timesteps do.
 std::int64_t shaped_timestep(double u, int lo, int hi, config::TimestepBias bias);
+
+// Which of `experts` trained experts (in their cycle order) slot `slot` of step `step_index`
+// (0-based) trains, under `options`' cadence.
+std::size_t expert_turn(std::int64_t step_index, std::size_t slot, const ObjectiveOptions& options,
+                        std::size_t experts);
 
 // A micro-batch's examples: the noised latents and what the model must predict. The per-slot
 // draws are kept alive with it (they are what a retry redraws identically).
@@ -68,6 +83,13 @@ class DiffusionObjective {
     static DiffusionObjective for_family(ObjectiveOptions options, const ModelFamily& family);
 
     bool flow_matching() const { return flow_.has_value(); }
+    // The trained experts' timestep spans (above, upto], in cycle order; empty for one denoiser.
+    // Each slot's timestep is drawn inside the span of the expert whose turn it is
+    // (expert_turn); for_family sets it from the family.
+    const std::vector<std::pair<double, double>>& expert_cycle() const { return expert_cycle_; }
+    void set_expert_cycle(std::vector<std::pair<double, double>> cycle) {
+        expert_cycle_ = std::move(cycle);
+    }
 
     // Noises `x0` ([B, C, H, W] on `device`): slot b of the batch is slot `slots[b]` of step
     // `step_index` (0-based) of a run seeded with `seed`.
@@ -81,6 +103,7 @@ class DiffusionObjective {
     ObjectiveOptions options_;
     NoiseSchedule schedule_;
     std::optional<FlowMatchConfig> flow_;
+    std::vector<std::pair<double, double>> expert_cycle_;
 };
 
 }  // namespace loom

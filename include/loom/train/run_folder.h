@@ -32,6 +32,10 @@ class RunFolder {
     std::filesystem::path step_lora(int64_t step) const;
     // <name>.safetensors (the final save)
     std::filesystem::path final_lora() const;
+    // The final save's files: <name><suffix>.safetensors for each LoRA suffix.
+    std::vector<std::filesystem::path> final_lora_files() const;
+    // Whether the final save is there (any of its files: a run that ended saved them all).
+    bool has_final_lora() const;
     // state/000000250/ — complete once its COMPLETE marker exists
     std::filesystem::path checkpoint_dir(int64_t step) const;
     static constexpr const char* kCompleteMarker = "COMPLETE";
@@ -41,10 +45,17 @@ class RunFolder {
     std::vector<int64_t> complete_checkpoints() const;
     std::optional<int64_t> newest_checkpoint() const;
 
-    // Steps of <name>_<step>.safetensors files present, oldest first.
+    // A LoRA of several files (one per expert of a Wan 2.2 denoiser): what each file adds to
+    // the name, "<name>_<step><suffix>.safetensors" ("_high_noise", "_low_noise"). By default
+    // one file, no suffix.
+    void set_lora_suffixes(std::vector<std::string> suffixes) {
+        lora_suffixes_ = std::move(suffixes);
+    }
+
+    // Steps of <name>_<step>.safetensors files present (any of the suffixes'), oldest first.
     std::vector<int64_t> step_loras() const;
-    // Deletes the oldest step LoRA files and checkpoints beyond `keep`
-    // (save.max_step_saves_to_keep).
+    // Deletes the oldest step LoRA files (every suffix's: a step's pair goes together) and
+    // checkpoints beyond `keep` steps (save.max_step_saves_to_keep).
     void prune(std::size_t keep) const;
     // --fresh: moves state/ (when it holds a complete checkpoint) to state.before-fresh-<ms>/
     // so no rerun resumes from it, and returns where; nothing saved is deleted.
@@ -56,6 +67,7 @@ class RunFolder {
   private:
     std::filesystem::path root_;
     std::string name_;
+    std::vector<std::string> lora_suffixes_ = {""};
 };
 
 // "000000250"

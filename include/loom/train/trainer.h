@@ -58,7 +58,9 @@ struct TrainOverrides {
 struct TrainSummary {
     std::filesystem::path run_folder;
     std::filesystem::path final_lora;  // empty when stopped early
-    std::int64_t start_step = 0;       // the step this invocation started from
+    // Every file of the final LoRA: final_lora alone, or an expert pair (Wan 2.2).
+    std::vector<std::filesystem::path> final_loras;
+    std::int64_t start_step = 0;  // the step this invocation started from
     std::int64_t end_step = 0;
     bool resumed = false;
     bool interrupted = false;                      // stopped by stop_requested after a checkpoint

@@ -113,6 +113,22 @@ at::Tensor flow_match_sample_timesteps(FlowTimestepType type, const FlowMatchCon
     return table.index_select(0, index);
 }
 
+at::Tensor flow_match_sample_timesteps_in(FlowTimestepType type, const FlowMatchConfig& c,
+                                          int64_t image_seq_len, int64_t batch,
+                                          at::Generator& generator, double above, double upto) {
+    const at::Tensor table =
+        flow_match_train_timesteps(type, c, image_seq_len, generator).slice(0, 0, kMaxIndex);
+    const at::Tensor inside = ((table > above) & (table <= upto)).nonzero().flatten();
+    at::Tensor candidates = inside;
+    if (inside.numel() == 0) {
+        const at::Tensor distance = at::minimum((table - above).abs(), (table - upto).abs());
+        candidates = distance.argmin().view({1});
+    }
+    const at::Tensor pick = at::randint(0, candidates.numel(), {batch}, generator,
+                                        at::TensorOptions().dtype(at::kLong));
+    return table.index_select(0, candidates.index_select(0, pick));
+}
+
 FlowMatchEulerSampler::FlowMatchEulerSampler(const FlowMatchConfig& c, int64_t steps,
                                              int64_t image_seq_len) {
     if (steps < 1) throw Error("flow matching sampler: at least one step");

@@ -15,10 +15,7 @@ std::unique_ptr<ModelFamily> WanFamily::load(const std::filesystem::path& root, 
 }
 
 std::vector<torch::nn::Module*> WanFamily::encoders() {
-    std::vector<torch::nn::Module*> out;
-    if (model_.vae) out.push_back(model_.vae.get());
-    if (model_.text_encoder) out.push_back(model_.text_encoder.get());
-    return out;
+    return model_.encoders();
 }
 
 // The blocks hold nearly every weight; the patch embedding, the condition embedder and
@@ -37,8 +34,7 @@ int64_t WanFamily::temporal_compression() const {
 }
 
 LatentDistribution WanFamily::encode_pixels(const at::Tensor& pixels) {
-    if (pixels.dim() == 4) return model_.vae->encode(pixels.unsqueeze(2));  // a one-frame clip
-    return model_.vae->encode(pixels);
+    return model_.encode_pixels(pixels);
 }
 
 at::Tensor WanFamily::training_latents(const at::Tensor& z) const {
@@ -46,7 +42,7 @@ at::Tensor WanFamily::training_latents(const at::Tensor& z) const {
 }
 
 at::ScalarType WanFamily::vae_dtype() {
-    return model_.vae->parameters().front().scalar_type();
+    return model_.vae_dtype();
 }
 
 TextConditioning WanFamily::encode_prompts(const std::vector<std::string>& prompts) {

@@ -90,30 +90,25 @@ bool is_wan_pipeline(const DiffusersFolder& folder) {
     return folder.pipeline_class == "WanPipeline";
 }
 
-WanModel load_wan(const std::filesystem::path& root, const WanLoadOptions& o) {
+WanTransformer3DModel load_wan_transformer(const DiffusersFolder& folder,
+                                           const std::string& component, at::ScalarType dtype) {
+    WanTransformer3DModel transformer(read_wan_config(folder.dir(component) / "config.json"));
+    transformer->to(dtype);
+    load_weights(*transformer, find_weight_files(folder.dir(component)), component);
+    transformer->eval();
+    return transformer;
+}
+
+WanModel load_wan_components(DiffusersFolder folder, const WanLoadOptions& o) {
     WanModel wan;
-    wan.folder = read_diffusers_folder(root);
-    const std::filesystem::path index = root / "model_index.json";
-    if (!is_wan_pipeline(wan.folder)) {
-        throw FormatError(index.string(),
-                          "pipeline class '" + wan.folder.pipeline_class + "' is not WanPipeline");
-    }
-    if (wan.folder.has("transformer_2")) {
-        throw FormatError(index.string(),
-                          "has a 'transformer_2': Wan 2.2's two-expert (high- and low-noise) "
-                          "layout, which loom does not support yet (Wan 2.1 text-to-video only)");
-    }
+    wan.folder = std::move(folder);
     std::vector<std::string> needed = {"transformer"};
     if (o.load_vae) needed.push_back("vae");
     if (o.load_text_encoder) needed.insert(needed.end(), {"text_encoder", "tokenizer"});
     wan.folder.require(needed);
     wan.scheduler.shift = WanModel::kShift;
     wan.scheduler.use_dynamic_shifting = false;
-    wan.transformer =
-        WanTransformer3DModel(read_wan_config(wan.folder.dir("transformer") / "config.json"));
-    wan.transformer->to(o.dtype);
-    load_weights(*wan.transformer, find_weight_files(wan.folder.dir("transformer")), "transformer");
-    wan.transformer->eval();
+    wan.transformer = load_wan_transformer(wan.folder, "transformer", o.dtype);
     if (o.load_vae) {
         wan.vae = AutoencoderKLWan(read_wan_vae_config(wan.folder.dir("vae") / "config.json"));
         wan.vae->to(o.dtype);
@@ -126,6 +121,37 @@ WanModel load_wan(const std::filesystem::path& root, const WanLoadOptions& o) {
         wan.text_encoder = load_t5_encoder(wan.folder, "text_encoder", o.dtype);
     }
     return wan;
+}
+
+WanModel load_wan(const std::filesystem::path& root, const WanLoadOptions& o) {
+    DiffusersFolder folder = read_diffusers_folder(root);
+    const std::filesystem::path index = root / "model_index.json";
+    if (!is_wan_pipeline(folder)) {
+        throw FormatError(index.string(),
+                          "pipeline class '" + folder.pipeline_class + "' is not WanPipeline");
+    }
+    if (folder.has("transformer_2")) {
+        throw FormatError(index.string(),
+                          "has a 'transformer_2': Wan 2.2's two-expert (high- and low-noise) "
+                          "layout, which is arch wan22_14b, not Wan 2.1");
+    }
+    return load_wan_components(std::move(folder), o);
+}
+
+std::vector<torch::nn::Module*> WanModel::encoders() {
+    std::vector<torch::nn::Module*> out;
+    if (vae) out.push_back(vae.get());
+    if (text_encoder) out.push_back(text_encoder.get());
+    return out;
+}
+
+LatentDistribution WanModel::encode_pixels(const at::Tensor& pixels) {
+    if (pixels.dim() == 4) return vae->encode(pixels.unsqueeze(2));  // a one-frame clip
+    return vae->encode(pixels);
+}
+
+at::ScalarType WanModel::vae_dtype() const {
+    return vae->parameters().front().scalar_type();
 }
 
 TextConditioning WanModel::encode_prompts(const std::vector<std::string>& prompts,

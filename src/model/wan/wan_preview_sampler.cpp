@@ -10,7 +10,8 @@ namespace loom {
 
 at::Tensor wan_sample(WanModel& model, const std::vector<std::string>& prompts,
                       const std::vector<std::string>& negatives, const at::Tensor& noise,
-                      int64_t steps, double guidance, std::size_t max_sequence_length) {
+                      int64_t steps, double guidance, std::size_t max_sequence_length,
+                      const WanDenoiserAt& denoiser_at) {
     if (!model.vae || !model.text_encoder) {
         throw Error("Wan sampling needs the VAE and the text encoder loaded");
     }
@@ -19,25 +20,27 @@ at::Tensor wan_sample(WanModel& model, const std::vector<std::string>& prompts,
         throw Error("Wan sampling: one negative prompt per prompt");
     }
     torch::NoGradGuard no_grad;
-    WanTransformer3DModelImpl& transformer = *model.transformer;
-    const at::ScalarType dtype = transformer.parameters().front().scalar_type();
-    const at::Device device = transformer.parameters().front().device();
-    const at::Tensor context =
-        model.encode_prompts(prompts, max_sequence_length).context.to(device).to(dtype);
+    const at::Tensor context = model.encode_prompts(prompts, max_sequence_length).context;
     const at::Tensor uncond_context =
-        guided ? model.encode_prompts(negatives, max_sequence_length).context.to(device).to(dtype)
-               : at::Tensor();
+        guided ? model.encode_prompts(negatives, max_sequence_length).context : at::Tensor();
     const auto sampler = FlowMatchEulerSampler::scheduler_spaced(model.scheduler, steps);
-    at::Tensor latents = noise.to(device);
+    at::Tensor latents = noise;
     for (int64_t i = 0; i < sampler.steps(); ++i) {
+        const double step_t = sampler.timesteps()[i].item<double>();
+        WanTransformer3DModelImpl& transformer =
+            denoiser_at ? denoiser_at(step_t) : *model.transformer;
+        const at::Tensor weight = transformer.parameters().front();
+        const at::ScalarType dtype = weight.scalar_type();
+        const at::Device device = weight.device();
         const at::Tensor t = sampler.timesteps()[i].expand({latents.size(0)}).to(device);
-        const at::Tensor input = latents.to(dtype);
-        at::Tensor prediction = transformer.forward(input, t, context);
+        const at::Tensor input = latents.to(device).to(dtype);
+        at::Tensor prediction = transformer.forward(input, t, context.to(device).to(dtype));
         if (guided) {
-            const at::Tensor uncond = transformer.forward(input, t, uncond_context);
+            const at::Tensor uncond =
+                transformer.forward(input, t, uncond_context.to(device).to(dtype));
             prediction = uncond + guidance * (prediction - uncond);
         }
-        latents = sampler.step(prediction, i, latents);
+        latents = sampler.step(prediction, i, latents.to(device));
     }
     const at::ScalarType vae_dtype = model.vae->parameters().front().scalar_type();
     const at::Tensor z = model.vae->denormalize_latents(latents.to(vae_dtype));
@@ -59,11 +62,9 @@ int64_t wan_pipeline_frames(int64_t frames, int64_t temporal_compression) {
     return frames / temporal_compression * temporal_compression + 1;
 }
 
-std::vector<at::Tensor> generate_wan_previews(WanModel& model,
-                                              const std::vector<PreviewRequest>& requests,
-                                              const PreviewOptions& options,
-                                              const at::Device& device,
-                                              std::size_t max_sequence_length) {
+std::vector<at::Tensor> generate_wan_previews(
+    WanModel& model, const std::vector<PreviewRequest>& requests, const PreviewOptions& options,
+    const at::Device& device, std::size_t max_sequence_length, const WanDenoiserAt& denoiser_at) {
     std::vector<at::Tensor> images(requests.size());
     for (const std::vector<std::size_t>& group : preview_groups(requests, options.batch_prompts)) {
         const PreviewRequest& first = requests[group.front()];
@@ -78,8 +79,9 @@ std::vector<at::Tensor> generate_wan_previews(WanModel& model,
             noise.push_back(wan_initial_noise(model, requests[i].seed, requests[i].width,
                                               requests[i].height, frames));
         }
-        const at::Tensor clips = wan_sample(model, prompts, negatives, at::cat(noise).to(device),
-                                            first.steps, first.guidance_scale, max_sequence_length);
+        const at::Tensor clips =
+            wan_sample(model, prompts, negatives, at::cat(noise).to(device), first.steps,
+                       first.guidance_scale, max_sequence_length, denoiser_at);
         for (std::size_t k = 0; k < group.size(); ++k) {
             // [3, F, H, W] -> F images [H, W, 3]; one frame is an image.
             const std::vector<at::Tensor> rgb =

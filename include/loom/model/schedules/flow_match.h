@@ -71,6 +71,16 @@ at::Tensor flow_match_sample_timesteps(FlowTimestepType type, const FlowMatchCon
                                        int64_t image_seq_len, int64_t batch,
                                        at::Generator& generator);
 
+// As flow_match_sample_timesteps for one expert of a denoiser made of several (Wan 2.2 14B): the
+// index is uniform over the table entries t with above < t <= upto, as ai-toolkit narrows the
+// index range to the expert's boundaries (BaseSDTrainProcess "adjust_multistage_timesteps"). Its
+// range is the router's exactly: ai-toolkit's low-noise range also takes the one entry just above
+// the boundary, which its router then sends to the high-noise expert. When no entry lies inside
+// (a sigmoid table can hold none above 875), the entry nearest the span.
+at::Tensor flow_match_sample_timesteps_in(FlowTimestepType type, const FlowMatchConfig& config,
+                                          int64_t image_seq_len, int64_t batch,
+                                          at::Generator& generator, double above, double upto);
+
 // The Euler sampler the Flux pipeline runs: sigmas linspace(1, 1/steps, steps), shifted (mu from
 // the packed image token count), then 0 appended; step: x + (sigma_next - sigma) * v.
 class FlowMatchEulerSampler {

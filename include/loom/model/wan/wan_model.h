@@ -47,6 +47,13 @@ struct WanModel {
     // padded back with zeros. context: [B, max_sequence_length, d_model].
     TextConditioning encode_prompts(const std::vector<std::string>& prompts,
                                     std::size_t max_sequence_length);
+
+    // What a Wan family does with its VAE and UMT5 (Wan 2.1 and 2.2 alike): the loaded
+    // encoders; the latent distribution of images [B, 3, H, W] (each a one-frame clip) or clips
+    // [B, 3, F, H, W]; the VAE's dtype.
+    std::vector<torch::nn::Module*> encoders();
+    LatentDistribution encode_pixels(const at::Tensor& pixels);
+    at::ScalarType vae_dtype() const;
 };
 
 // The pipeline's prompt_clean without ftfy (which the reference uses only when installed):
@@ -59,8 +66,15 @@ bool is_wan_pipeline(const DiffusersFolder& folder);
 
 // Every component of a WanPipeline folder (transformer, vae, text_encoder, tokenizer). A
 // component missing from model_index.json or from the folder is a FormatError naming the file
-// and the component before anything is loaded; Wan 2.2's two-transformer layout
-// (transformer_2, boundary_ratio) is refused as not supported yet.
+// and the component before anything is loaded; Wan 2.2's two-transformer layout (transformer_2)
+// is refused: it is arch wan22_14b (model/wan22/wan22_model.h).
 WanModel load_wan(const std::filesystem::path& root, const WanLoadOptions& options = {});
+
+// What Wan 2.2 shares: the components of a folder already read (load_wan without its checks of
+// the layout), and one transformer component ("transformer", "transformer_2") from its
+// config.json with its weights, in `dtype`, in eval mode.
+WanModel load_wan_components(DiffusersFolder folder, const WanLoadOptions& options);
+WanTransformer3DModel load_wan_transformer(const DiffusersFolder& folder,
+                                           const std::string& component, at::ScalarType dtype);
 
 }  // namespace loom

@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,12 +22,19 @@
 
 namespace loom {
 
+// The transformer that denoises at sampling timestep t (0..1000): Wan 2.1 has one; Wan 2.2 14B
+// the high-noise expert at and above its boundary, the low-noise one below (WanPipeline's
+// boundary_ratio). Empty: the model's own transformer.
+using WanDenoiserAt = std::function<WanTransformer3DModelImpl&(double t)>;
+
 // Denoises `noise` ([B, C, F, h, w] latents, float32) for `prompts` in `steps` steps and decodes
-// it: clips [B, 3, 1 + 4 (F - 1), 8h, 8w] in [-1, 1]. With guidance > 1 each step also predicts
-// for `negatives` (one per prompt) and mixes uncond + guidance (cond - uncond).
+// it: clips [B, 3, 1 + 4 (F - 1), 8h, 8w] in [-1, 1]; each step runs the transformer
+// `denoiser_at` names for its timestep, on that transformer's device. With guidance > 1 each step
+// also predicts for `negatives` (one per prompt) and mixes uncond + guidance (cond - uncond).
 at::Tensor wan_sample(WanModel& model, const std::vector<std::string>& prompts,
                       const std::vector<std::string>& negatives, const at::Tensor& noise,
-                      int64_t steps, double guidance, std::size_t max_sequence_length);
+                      int64_t steps, double guidance, std::size_t max_sequence_length,
+                      const WanDenoiserAt& denoiser_at = {});
 
 // The latent noise of a `frames`-frame width x height clip from `seed`: [1, C, 1 + (frames - 1)
 // / 4, height / 8, width / 8] float32 on the CPU, as prepare_latents shapes it.
@@ -44,6 +52,7 @@ std::vector<at::Tensor> generate_wan_previews(WanModel& model,
                                               const std::vector<PreviewRequest>& requests,
                                               const PreviewOptions& options,
                                               const at::Device& device,
-                                              std::size_t max_sequence_length);
+                                              std::size_t max_sequence_length,
+                                              const WanDenoiserAt& denoiser_at = {});
 
 }  // namespace loom
