@@ -25,7 +25,30 @@ struct ModelKwargs {
     static void fields(V& v) {
         v("train_high_noise", &ModelKwargs::train_high_noise);
         v("train_low_noise", &ModelKwargs::train_low_noise);
-        v.not_yet({"match_target_res"});
+        // The other families' model_kwargs ai-toolkit reads (Flex.2's inpainting, HiDream's
+        // Llama, Qwen-Image-Edit's sizes, ...): known, not implemented yet.
+        v.not_yet({"invert_inpaint_mask_chance",
+                   "inpaint_dropout",
+                   "control_dropout",
+                   "inpaint_random_chance",
+                   "do_random_inpainting",
+                   "random_blur_mask",
+                   "random_dialate_mask",
+                   "llama_model_path",
+                   "match_target_res",
+                   "vae_path",
+                   "text_encoder_path",
+                   "static_shift",
+                   "use_image_refiner",
+                   "train_text_conditioner",
+                   "max_sequence_length",
+                   "vlm_max_pixels",
+                   "vlm_max_side_length",
+                   "control_image_max_pixels",
+                   "checkpoint_filename",
+                   "vl_cond_long_edge",
+                   "edit",
+                   "cfg_renormalization"});
     }
 };
 
