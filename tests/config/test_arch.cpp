@@ -28,8 +28,7 @@ TEST(ArchTable, OneRowPerArchInTheEnumsOrderAndNamesRoundTrip) {
 }
 
 TEST(ArchTable, AiToolkitArchsLoomDoesNotBuildAreKnownButHaveNoRow) {
-    for (const char* name :
-         {"sd3", "chroma", "wan22_14b", "qwen_image", "zimage", "flux_kontext"}) {
+    for (const char* name : {"sd3", "chroma", "wan22_5b", "qwen_image", "zimage", "flux_kontext"}) {
         EXPECT_TRUE(is_ai_toolkit_arch(name)) << name;
         EXPECT_FALSE(find_arch(name).has_value()) << name;
     }
@@ -50,7 +49,14 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_FALSE(arch_info(Arch::kSd2).trainable);
     EXPECT_STREQ(arch_info(Arch::kSd1).lora_prefix, "unet");
     EXPECT_STREQ(arch_info(Arch::kWan21).lora_prefix, "transformer");
-    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21");
+    // Wan 2.2 14B: its own family, LoRA files in the original Wan names under diffusion_model.
+    const ArchInfo& wan22 = arch_info(Arch::kWan22_14b);
+    EXPECT_EQ(wan22.family, FamilyKind::kWan22);
+    EXPECT_TRUE(wan22.video && wan22.flow_matching && wan22.trainable);
+    EXPECT_STREQ(wan22.lora_prefix, "diffusion_model");
+    EXPECT_EQ(wan22.lora_module_names, LoRAModuleNames::kWanOriginal);
+    EXPECT_EQ(arch_info(Arch::kWan21).lora_module_names, LoRAModuleNames::kDiffusers);
+    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21, wan22_14b");
 }
 
 TEST(ArchTable, PipelineClassesMapToTheirArchs) {

@@ -13,6 +13,7 @@
 #include "loom/model/flux/flux_family.h"
 #include "loom/model/sd/sd_family.h"
 #include "loom/model/wan/wan_family.h"
+#include "loom/model/wan22/wan22_family.h"
 #include "temp_dir.h"
 
 namespace loom {
@@ -31,12 +32,14 @@ TEST(FamilyTable, EveryArchsFamilyHasItsRow) {
     for (const config::ArchInfo& a : config::arch_table()) {
         EXPECT_EQ(family_entry(a.family).kind, a.family) << a.name;
     }
-    EXPECT_EQ(family_table().size(), 3u);
+    EXPECT_EQ(family_table().size(), 4u);
 }
 
 TEST(FamilyTable, TheRowsBlocksAreTheFamilys) {
     EXPECT_EQ(&family_entry(config::FamilyKind::kFlux).blocks(), &FluxFamily::declared_blocks());
     EXPECT_EQ(&family_entry(config::FamilyKind::kWan).blocks(), &WanFamily::declared_blocks());
+    EXPECT_EQ(&family_entry(config::FamilyKind::kWan22).blocks(), &Wan22Family::declared_blocks());
+    EXPECT_EQ(family_entry(config::FamilyKind::kWan22).blocks().experts.size(), 2u);
     const DenoiserBlocks& flux = family_entry(config::FamilyKind::kFlux).blocks();
     EXPECT_EQ(flux.lora_targeting, LoRATargeting::kBlockLinears);
     EXPECT_TRUE(flux.contains("single_transformer_blocks.2.proj_mlp"));
@@ -56,6 +59,8 @@ TEST(FamilyTable, EachFamilyListsTheComponentsItsFoldersHold) {
     EXPECT_EQ(flux, (std::set<std::string>{"transformer", "text-encoder-2", "prompt-embeds",
                                            "vae-encode", "vae-decode", "text-encoder"}));
     EXPECT_EQ(component_names(config::FamilyKind::kWan), (std::set<std::string>{"text-encoder"}));
+    EXPECT_EQ(component_names(config::FamilyKind::kWan22),
+              component_names(config::FamilyKind::kWan));
 }
 
 TEST(EvalInputs, AMissingTensorNamesTheInputsFile) {
