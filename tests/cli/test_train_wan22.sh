@@ -18,6 +18,10 @@ MODEL="$PARITY/wan22/pipeline"
 CHECK="$(dirname "$0")/../parity/check_trained_wan22_lora.py"
 
 job() {  # job NAME TRAIN_LOW_NOISE
+  job_at "$1" "$2" 1GiB true true 1
+}
+
+job_at() {  # job_at NAME TRAIN_LOW_NOISE VRAM LOW_VRAM_AND_QUANTIZE CHECKPOINTING BATCH
   cat <<YAML
 job: extension
 config:
@@ -36,12 +40,12 @@ config:
           num_frames: 1
           resolution: [64]
       train:
-        batch_size: 1
+        batch_size: $6
         steps: 8
         gradient_accumulation: 1
         train_unet: true
         train_text_encoder: false
-        gradient_checkpointing: true
+        gradient_checkpointing: $5
         noise_scheduler: flowmatch
         timestep_type: linear
         optimizer: adamw8bit
@@ -53,11 +57,11 @@ config:
       model:
         name_or_path: $MODEL
         arch: wan22_14b
-        quantize: true
+        quantize: $4
         qtype: "uint4|ostris/accuracy_recovery_adapters/wan22_14b_t2i_torchao_uint4.safetensors"
         quantize_te: true
         qtype_te: qfloat8
-        low_vram: true
+        low_vram: $4
         model_kwargs: {train_high_noise: true, train_low_noise: $2}
       sample:
         sampler: flowmatch
@@ -71,7 +75,7 @@ config:
         seed: 42
         guidance_scale: 3.5
         sample_steps: 2
-      oom: {vram_limit: 1GiB, probe: false}
+      oom: {vram_limit: $3, probe: false}
 meta: {name: "[name]", version: "1.0"}
 YAML
 }
@@ -125,6 +129,34 @@ if "$LOOM" train "$TMP/high.yaml" >"$TMP/high.log" 2>&1 &&
    "$PY" "$CHECK" "$MODEL" "$TMP/runs/high/high_high_noise.safetensors" - >/dev/null
 then ok "train_low_noise: false trains the high-noise expert alone, one file"
 else bad "train_low_noise: false trains the high-noise expert alone, one file"; ls "$TMP/runs/high"; tail "$TMP/high.log"; fi
+
+# 1260 KiB holds the two experts (1.11 MiB) but not the example's previews or a step at batch 2
+# without checkpointing or low_vram: the rungs act on real allocations, none injected — sampling
+# first, then batch 1, checkpointing, the bucket, and low_vram up to streaming with the job's
+# uint4 base and qfloat8 text encoder — with each of the 8 steps trained once.
+job_at tight true 1260KiB false false 2 >"$TMP/tight.yaml"
+if "$LOOM" train "$TMP/tight.yaml" >"$TMP/tight.log" 2>&1; then ok "the tight-budget Wan 2.2 run ends"
+else bad "the tight-budget Wan 2.2 run ends"; tail "$TMP/tight.log"; fi
+if "$PY" - "$TMP/runs/tight/events.jsonl" "$TMP/runs/tight/metrics.jsonl" "$TMP/runs/tight/plan.yaml" <<'PY'
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+metrics = [json.loads(line) for line in open(sys.argv[2])]
+rules = [e["rule"] for e in events if e["event"] == "change"]
+print("rules:", rules)
+ooms = [e for e in events if e["event"] == "oom"]
+assert ooms and all(e["kind"] == "device" for e in ooms), "no real out-of-memory errors"
+steps = [r for r in rules if r.startswith("train.")]
+assert steps[:2] == ["train.batch_1_accumulate", "train.gradient_checkpointing"], steps
+assert steps.count("train.low_vram") == 3, f"low_vram did not reach streaming: {steps}"
+assert "sample.disable" in rules, rules
+trained = [m["step"] for m in metrics]
+assert trained == list(range(1, 9)), f"steps trained {trained}, not each of 1..8 once"
+plan = open(sys.argv[3]).read()
+assert "qtype: uint4" in plan and "qtype_te: qfloat8" in plan, plan
+PY
+[ $? -eq 0 ] && grep -q ", 0 steps lost" "$TMP/tight.log"
+then ok "the ladder's rungs in order under a real budget, zero steps lost, uint4 base"
+else bad "the ladder's rungs in order under a real budget, zero steps lost, uint4 base"; fi
 
 if "$LOOM" sample --model "$MODEL" --lora "$R/whole_low_noise.safetensors" \
     --prompt "sks dog" --width 64 --height 64 --steps 2 --out "$TMP/out" \
