@@ -182,6 +182,17 @@ TEST(Wan22Folder, OneTransformerTheFiveBAndABadBoundaryAreRefusedByName) {
         "transformer_2": ["diffusers", "WanTransformer3DModel"]})")
                   .find("'boundary_ratio' must lie between 0 and 1"),
               std::string::npos);
+    // Experts that take different inputs: named by the low-noise expert's config.
+    std::filesystem::create_directories(dir / "transformer");
+    std::ofstream(dir / "transformer" / "config.json") << R"({"in_channels": 16})";
+    std::ofstream(dir / "transformer_2" / "config.json") << R"({"in_channels": 36})";
+    const std::string mismatch = load_error(R"({"_class_name": "WanPipeline",
+        "transformer": ["diffusers", "WanTransformer3DModel"],
+        "transformer_2": ["diffusers", "WanTransformer3DModel"]})");
+    EXPECT_NE(mismatch.find("transformer_2/config.json"), std::string::npos) << mismatch;
+    EXPECT_NE(mismatch.find("the two experts of a Wan 2.2 folder take the same inputs"),
+              std::string::npos)
+        << mismatch;
 }
 
 }  // namespace

@@ -86,18 +86,9 @@ PROMPTS = ["  a photo of  a sks dog &amp; a cat\n", "an astronaut riding a horse
 NEGATIVES = ["blurry", ""]
 
 
-def build_pipeline(out, cases, tokenizer):
-    from transformers import UMT5EncoderModel
-
-    text_encoder = UMT5EncoderModel.from_pretrained(os.path.join(out, "umt5")).eval()
-    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
-                       transformer=transformer(text_dim=text_encoder.config.d_model, seed=29),
-                       vae=vae(), scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
-    pipe.save_pretrained(os.path.join(out, "wan", "pipeline"), safe_serialization=True)
-    embeds, _ = pipe.encode_prompt(PROMPTS, do_classifier_free_guidance=False,
-                                   max_sequence_length=512)
-    expected = {"prompt_embeds": embeds}
-    inputs = {}
+def sample_clips(pipe, inputs, expected):
+    """The pipeline's clips of 1 and 5 frames for PROMPTS in 4 guided steps, from each prompt's
+    own seed (7, 8), into inputs (noise_F) and expected (latents_F, clip_F)."""
     for frames in (1, 5):
         # As prepare_latents draws it from torch.Generator().manual_seed(seed), one per prompt.
         noise = torch.cat([torch.randn(1, LATENT_CHANNELS, (frames - 1) // 4 + 1, 2, 4,
@@ -112,6 +103,21 @@ def build_pipeline(out, cases, tokenizer):
         inputs[f"noise_{frames}"] = noise
         expected[f"latents_{frames}"] = latents
         expected[f"clip_{frames}"] = pipe.vae.decode(latents / inv_std + mean).sample
+
+
+def build_pipeline(out, cases, tokenizer):
+    from transformers import UMT5EncoderModel
+
+    text_encoder = UMT5EncoderModel.from_pretrained(os.path.join(out, "umt5")).eval()
+    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
+                       transformer=transformer(text_dim=text_encoder.config.d_model, seed=29),
+                       vae=vae(), scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
+    pipe.save_pretrained(os.path.join(out, "wan", "pipeline"), safe_serialization=True)
+    embeds, _ = pipe.encode_prompt(PROMPTS, do_classifier_free_guidance=False,
+                                   max_sequence_length=512)
+    expected = {"prompt_embeds": embeds}
+    inputs = {}
+    sample_clips(pipe, inputs, expected)
     save_case(cases, "wan_pipeline", inputs, expected)
 
 
@@ -135,19 +141,8 @@ def build_wan22(out, cases, tokenizer):
     expected = {"high": pipe.transformer(clip, timestep, text).sample,
                 "low": pipe.transformer_2(clip, timestep, text).sample}
     inputs = {"hidden_states": clip, "timestep": timestep, "encoder_hidden_states": text}
-    for frames in (1, 5):
-        noise = torch.cat([torch.randn(1, LATENT_CHANNELS, (frames - 1) // 4 + 1, 2, 4,
-                                       generator=torch.Generator().manual_seed(seed))
-                           for seed in (7, 8)])
-        # 4 steps at shift 3: t = 1000 (the high-noise expert), then about 858, 602, 9 (low-noise).
-        latents = pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, height=16, width=32,
-                       num_frames=frames, num_inference_steps=4, guidance_scale=4.0,
-                       latents=noise.clone(), output_type="latent").frames
-        mean = torch.tensor(pipe.vae.config.latents_mean).view(1, -1, 1, 1, 1)
-        inv_std = 1.0 / torch.tensor(pipe.vae.config.latents_std).view(1, -1, 1, 1, 1)
-        inputs[f"noise_{frames}"] = noise
-        expected[f"latents_{frames}"] = latents
-        expected[f"clip_{frames}"] = pipe.vae.decode(latents / inv_std + mean).sample
+    # 4 steps at shift 3: t = 1000 (the high-noise expert), then about 858, 602, 9 (low-noise).
+    sample_clips(pipe, inputs, expected)
     save_case(cases, "wan22_pipeline", inputs, expected)
 
 

@@ -26,7 +26,8 @@ struct ModelKwargs {
         v("train_high_noise", &ModelKwargs::train_high_noise);
         v("train_low_noise", &ModelKwargs::train_low_noise);
         // The other families' model_kwargs ai-toolkit reads (Flex.2's inpainting, HiDream's
-        // Llama, Qwen-Image-Edit's sizes, ...): known, not implemented yet.
+        // Llama, Qwen-Image-Edit's sizes, ...): each warned about where it is written, as a key
+        // of a family loom does not build.
         v.not_yet({"invert_inpaint_mask_chance",
                    "inpaint_dropout",
                    "control_dropout",
