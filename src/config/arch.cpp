@@ -88,6 +88,10 @@ const char* to_string(FamilyKind family) {
     return "?";
 }
 
+int expert_count(FamilyKind family) {
+    return family == FamilyKind::kWan22 ? 2 : 1;
+}
+
 const ArchInfo& arch_info(Arch arch) {
     return arch_table().at(static_cast<std::size_t>(arch));
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "loom/config/arch.h"
 #include "loom/core/error.h"
 
 namespace loom::guard {
@@ -31,6 +32,12 @@ config::Job job_with_plan(const config::Job& job, std::size_t process_index, con
     // (oom.low_vram_level, written above) says exactly which sub-modes (quantize only ever means
     // level 2 or more).
     p.model.low_vram = plan.low_vram >= 1;
+    // ai-toolkit's low_vram also keeps a Wan 2.2 expert on the host (plan_from_job reads it so):
+    // a plan at a level that keeps both experts on the device says its level in
+    // oom.low_vram_level alone.
+    const bool experts =
+        p.choices.arch && config::expert_count(config::arch_info(*p.choices.arch).family) > 1;
+    if (experts && !plan.idle_expert_on_host) p.model.low_vram = false;
     if (plan.low_vram < 2) p.model.quantize = false;
     // The qtypes as loom names them (a word loom replaced, "uint3", is written as what it used).
     p.model.qtype = config::to_string(plan.qtype);

@@ -70,6 +70,16 @@ std::optional<Plan> encoders_off_device(const Plan& plan, const OomEvent&, const
     return p;
 }
 
+// The first free rung of a model of experts: a step computes with one expert, so the others wait
+// on the host and come to the device only when their timesteps do (an expert's turn, a preview).
+std::optional<Plan> idle_expert_to_host(const Plan& plan, const OomEvent&, const History&,
+                                        const PolicyContext& context) {
+    if (context.experts < 2 || plan.idle_expert_on_host) return std::nullopt;
+    Plan p = plan;
+    p.idle_expert_on_host = true;
+    return p;
+}
+
 std::optional<Plan> low_vram_next(const Plan& plan, const OomEvent&, const History&,
                                   const PolicyContext& context) {
     if (plan.low_vram >= context.low_vram_levels) return std::nullopt;
@@ -177,6 +187,18 @@ const char* const kNoSamplingFlags =
 // The ladder (DESIGN.md "Recovery specification"; the header's summary), branch by branch.
 std::vector<LadderRow> build_rows() {
     using B = LadderBranch;
+    const LadderRow idle_expert{
+        {"free.idle_expert_to_host",
+         B::kTrainImage,
+         {"model.idle_expert_on_host"},
+         "a step computes with one expert, so the other waits on the host and comes to the "
+         "device only when its timesteps do (every `train.switch_boundary_every` steps, and for "
+         "previews)",
+         "keep the expert that is not training in host memory (ai-toolkit: `model.low_vram: "
+         "true`; loom: `oom.idle_expert_on_host: true`)",
+         "offload the inactive expert to the CPU (musubi-tuner: `--offload_inactive_dit`)",
+         /*free=*/true},
+        idle_expert_to_host};
     const LadderRow encoders_off{
         {"free.encoders_off_device",
          B::kTrainImage,
@@ -296,6 +318,7 @@ std::vector<LadderRow> build_rows() {
           kLowVramAdvice,
           kLowVramFlags},
          low_vram_next},
+        idle_expert,
         encoders_off,
         sometimes,
         checkpointing,
@@ -305,6 +328,7 @@ std::vector<LadderRow> build_rows() {
         low_vram,
         // Frames are a video model's largest lever: halved once first (the guide's order), then,
         // after batch, checkpointing and buckets, again down to a single frame.
+        in(B::kTrainVideo, idle_expert),
         in(B::kTrainVideo, encoders_off),
         in(B::kTrainVideo, sometimes),
         {frames, fewer_frames_first},

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "loom/config/arch.h"
 #include "loom/core/error.h"
 #include "loom/io/atomic_file.h"
 
@@ -87,12 +88,12 @@ constexpr int knobs_in() {
 // stops compiling here (the bindings name every member; Plan's last two are the groups).
 [[maybe_unused]] void every_member_is_a_knob(const Plan& p) {
     [[maybe_unused]] const auto& [checkpointing, batch, accumulation, buckets, frames, low_vram,
-                                  qtype, qtype_te, sample, host] = p;
+                                  idle_expert, qtype, qtype_te, sample, host] = p;
     [[maybe_unused]] const auto& [enabled, width, height, prompts, guidance, sample_frames] =
         p.sample;
     [[maybe_unused]] const auto& [caches, threads] = p.host;
     static_assert(
-        knobs_in<Plan>() == 10 - 2 && knobs_in<SamplePlan>() == 6 && knobs_in<HostPlan>() == 2,
+        knobs_in<Plan>() == 11 - 2 && knobs_in<SamplePlan>() == 6 && knobs_in<HostPlan>() == 2,
         "every member of Plan, SamplePlan and HostPlan needs its entry in Plan::fields");
 }
 
@@ -126,6 +127,10 @@ Plan plan_from_job(const config::ProcessConfig& process) {
     // low_vram: true starts at the first sub-mode (encoders on the host); quantize: true at the
     // second (the base quantized in model.qtype). oom.low_vram_level may ask for more.
     p.low_vram = std::max(process.model.quantize ? 2 : process.model.low_vram ? 1 : 0, p.low_vram);
+    // ai-toolkit's low_vram moves the Wan 2.2 expert that is not training to the CPU by hand.
+    const bool experts = process.choices.arch &&
+                         config::expert_count(config::arch_info(*process.choices.arch).family) > 1;
+    p.idle_expert_on_host = p.idle_expert_on_host || (experts && process.model.low_vram);
     // The qtypes loom uses for the words written (config::choose_qtype; the job's load warned
     // about a word it replaces).
     p.qtype = config::choose_qtype(process.model.qtype).qtype;
@@ -157,6 +162,7 @@ std::string describe(const Plan& p) {
         out << " (base " << config::to_string(p.qtype) << ", text encoders "
             << (p.qtype_te ? config::to_string(*p.qtype_te) : "bf16") << ")";
     }
+    if (p.idle_expert_on_host) out << ", idle expert on the host";
     out << ", sampling ";
     if (!p.sample.enabled) {
         out << "off";

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <unordered_set>
 
@@ -124,6 +125,16 @@ class QuantizedFetch final : public WeightSource {
     std::shared_ptr<WeightSource> streamer_;
 };
 
+LowVramMode::LowVramMode(ModelFamily& model, Device& device, PlacementOptions options)
+    : model_(model), device_(device), options_(options) {
+    // The model asks before an expert computes; with one denoiser it never does.
+    model_.set_expert_placement([this](std::size_t index) { place_expert(index); });
+}
+
+LowVramMode::~LowVramMode() {
+    model_.set_expert_placement(nullptr);
+}
+
 QuantizedFetch* LowVramMode::quantized_source(const torch::nn::Module* layer) const {
     for (const QuantizedLayer& l : quantized_) {
         if (l.module == layer) return l.source.get();
@@ -134,6 +145,91 @@ QuantizedFetch* LowVramMode::quantized_source(const torch::nn::Module* layer) co
 bool LowVramMode::stays(const at::Tensor& t) const {
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     return streamed_.count(impl) != 0 || placeholders_.count(impl) != 0;
+}
+
+bool LowVramMode::parked(const at::Tensor& t) const {
+    return parked_tensors_.count(t.unsafeGetTensorImpl()) != 0;
+}
+
+void LowVramMode::collect_parked() {
+    parked_tensors_.clear();
+    for (std::size_t i = 0; i < expert_parked_.size(); ++i) {
+        if (!expert_parked_[i]) continue;
+        torch::nn::Module& expert = *model_.expert(i);
+        for (const at::Tensor& p : expert.parameters()) {
+            if (!p.requires_grad()) parked_tensors_.insert(p.unsafeGetTensorImpl());
+        }
+        for (const at::Tensor& b : expert.buffers())
+            parked_tensors_.insert(b.unsafeGetTensorImpl());
+    }
+}
+
+void LowVramMode::move_expert(std::size_t index, bool on_host) {
+    move(*model_.expert(index), device_, !on_host,
+         [this](const at::Tensor& t) { return t.requires_grad() || stays(t); });
+}
+
+// The one that leaves goes first: the device never holds both experts. Bringing one in can run
+// out of memory halfway; it stays marked parked, so the retry brings the rest (a tensor already
+// on the device is not copied again).
+void LowVramMode::place_expert(std::size_t index) {
+    if (index != ModelFamily::kEveryExpert) active_expert_ = index;
+    if (!idle_expert_on_host_ || !placed_) return;
+    for (std::size_t i = 0; i < expert_parked_.size(); ++i) {
+        const bool wanted = index == ModelFamily::kEveryExpert || i == index;
+        if (!wanted && !expert_parked_[i]) {
+            move_expert(i, /*on_host=*/true);
+            expert_parked_[i] = true;
+        }
+    }
+    for (std::size_t i = 0; i < expert_parked_.size(); ++i) {
+        const bool wanted = index == ModelFamily::kEveryExpert || i == index;
+        if (wanted && expert_parked_[i]) {
+            move_expert(i, /*on_host=*/false);
+            expert_parked_[i] = false;
+        }
+    }
+    collect_parked();
+}
+
+void LowVramMode::set_idle_expert_on_host(bool on) {
+    const std::size_t experts = model_.expert_spans().size();
+    if (on == idle_expert_on_host_ || experts < 2) {
+        idle_expert_on_host_ = on;
+        return;
+    }
+    if (!on) {
+        // Every expert back on the device (once placed; before, placement puts them there).
+        for (std::size_t i = 0; i < expert_parked_.size(); ++i) {
+            if (expert_parked_[i] && placed_) move_expert(i, /*on_host=*/false);
+            expert_parked_[i] = false;
+        }
+        idle_expert_on_host_ = false;
+        collect_parked();
+        low_vram_log().info("every {} expert on the device", config::to_string(model_.arch()));
+        return;
+    }
+    if (!active_expert_) {
+        const std::vector<bool> trained = model_.trained_experts();
+        const auto first = std::find(trained.begin(), trained.end(), true);
+        active_expert_ = first == trained.end() ? 0 : std::size_t(first - trained.begin());
+    }
+    expert_parked_.assign(experts, false);
+    for (std::size_t i = 0; i < experts; ++i) {
+        if (i == *active_expert_) continue;
+        if (placed_) move_expert(i, /*on_host=*/true);
+        expert_parked_[i] = true;
+    }
+    idle_expert_on_host_ = true;
+    collect_parked();
+    int64_t bytes = 0;
+    for (const c10::TensorImpl* t : parked_tensors_) {
+        if (!streamed_.count(t) && !placeholders_.count(t)) bytes += t->storage().nbytes();
+    }
+    low_vram_log().info(
+        "the idle {} expert waits on the host ({:.1f} MiB); an expert comes to the device for its "
+        "turn and its previews",
+        config::to_string(model_.arch()), static_cast<double>(bytes) / (1 << 20));
 }
 
 void LowVramMode::encoders_to(bool device) {
@@ -159,6 +255,7 @@ void LowVramMode::reduce_base(bool denoiser_on_device) {
         torch::nn::Module* m = modules[index];
         const bool denoiser = m == &model_.denoiser();
         const std::string prefix = denoiser ? "denoiser." : format("encoder{}.", index - 1);
+        // A parked expert's tensors are converted where they wait, on the host.
         const bool on_device = denoiser_on_device && denoiser;
         const std::optional<QType> qtype =
             denoiser ? std::optional<QType>(options_.base_qtype) : options_.encoder_qtype;
@@ -170,26 +267,29 @@ void LowVramMode::reduce_base(bool denoiser_on_device) {
                     !parts.weight->is_floating_point() || stays(*parts.weight)) {
                     continue;
                 }
-                quantized_anew |= quantize_layer(*item.value(), *parts.weight, *qtype, on_device,
+                quantized_anew |= quantize_layer(*item.value(), *parts.weight, *qtype,
+                                                 on_device && !parked(*parts.weight),
                                                  prefix + item.key(), cached, kept);
             }
         }
         for (auto& p : m->parameters()) {
             if (p.requires_grad() || p.scalar_type() != at::kFloat || stays(p)) continue;
+            const bool here = on_device && !parked(p);
             at::Tensor half;
             {
                 HostAllocations host;
-                at::Tensor full = on_device ? device_.to_host(p.data()) : p.data();
+                at::Tensor full = here ? device_.to_host(p.data()) : p.data();
                 half = full.to(at::kBFloat16);
-                if (keep_originals_) originals_.push_back({p, full, on_device});
+                if (keep_originals_) originals_.push_back({p, full});
             }
             p.set_data(half);  // the float32 copy is released here (kept on the host above)
-            if (on_device) p.set_data(device_.to_device(half));
+            if (here) p.set_data(device_.to_device(half));
             ++converted;
         }
     }
     // Rewritten whole when any layer was quantized anew, so the file never loses the others.
     if (quantized_anew) write_quantized_cache(kept);
+    collect_parked();  // the parked experts' new codes and scales
     int64_t bytes = 0;
     for (std::size_t i = quantized_before; i < quantized_.size(); ++i) {
         bytes += quantized_[i].source->bytes();
@@ -268,7 +368,7 @@ bool LowVramMode::quantize_layer(torch::nn::Module& layer, at::Tensor& weight, Q
         if (q.minimum.defined()) kept.emplace_back(key + ".minimum", q.minimum);
         // float32 layers compute in bf16 at this level, as the rest of the base; others as held.
         dtype = full.scalar_type() == at::kFloat ? at::kBFloat16 : full.scalar_type();
-        if (keep_originals_) originals_.push_back({weight, full, on_device});
+        if (keep_originals_) originals_.push_back({weight, full});
     }
     // A one-element placeholder of the weight's shape: shapes still read right, nothing is held.
     weight.set_data(at::zeros({1}, at::TensorOptions().dtype(dtype)).expand(q.shape));
@@ -338,14 +438,18 @@ void LowVramMode::unstream_blocks() {
         at::Tensor* weight = parts.weight;
         at::Tensor* bias = parts.bias;
         if (weight == nullptr) continue;
+        // A parked expert's weights stop streaming and wait on the host with the rest of it.
+        const auto copy = [&](at::Tensor* t) {
+            if (t->defined() && !parked(*t)) copies.emplace_back(t, device_.to_device(t->data()));
+        };
         if (QuantizedFetch* q = quantized_source(m)) {
             for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {
-                if (t->defined()) copies.emplace_back(t, device_.to_device(t->data()));
+                copy(t);
             }
         } else {
-            copies.emplace_back(weight, device_.to_device(weight->data()));
+            copy(weight);
         }
-        if (bias->defined()) copies.emplace_back(bias, device_.to_device(bias->data()));
+        copy(bias);
     }
     for (auto& [tensor, copy] : copies) tensor->set_data(copy);
     for (torch::nn::Module* m : streamed_layers_) {
@@ -383,9 +487,12 @@ void LowVramMode::place_model(int level) {
     // Streamed block weights never visit the device: loading must fit where training does, or
     // the load phase's ladder (which raises low_vram) could not help.
     if (level >= 3) stream_blocks();
-    move(model_.denoiser(), device_, true, [this](const at::Tensor& t) { return stays(t); });
+    collect_parked();
+    move(model_.denoiser(), device_, true,
+         [this](const at::Tensor& t) { return stays(t) || parked(t); });
     if (level < 1) encoders_to(true);
     level_ = level;
+    placed_ = true;
 }
 
 void LowVramMode::keep_originals(bool keep) {
@@ -405,9 +512,16 @@ void LowVramMode::restore_originals() {
     }
     quantized_.clear();
     placeholders_.clear();
+    // Each where it lives now: the placed denoiser's on the device, except a parked expert's.
+    std::unordered_set<const c10::TensorImpl*> denoiser;
+    for (const at::Tensor& p : model_.denoiser().parameters()) {
+        denoiser.insert(p.unsafeGetTensorImpl());
+    }
     for (Original& o : originals_) {
+        const bool on_device =
+            denoiser.count(o.param.unsafeGetTensorImpl()) != 0 && !parked(o.param);
         // One tensor at a time: the float32 copy arrives, then the bf16 one is released.
-        o.param.set_data(o.on_device ? device_.to_device(o.full) : o.full);
+        o.param.set_data(on_device ? device_.to_device(o.full) : o.full);
     }
     low_vram_log().info("frozen base weights back in float32 ({} tensors)", originals_.size());
     originals_.clear();
@@ -424,12 +538,14 @@ void LowVramMode::set_level(int level) {
         if (level_ >= 2 && level < 2) restore_originals();
         if (level_ >= 1 && level < 1 && encoder_scopes_ == 0) encoders_to(true);
         level_ = level;
+        collect_parked();
         return;
     }
     if (level_ < 1 && level >= 1 && encoder_scopes_ == 0) encoders_to(false);
     if (level_ < 2 && level >= 2) reduce_base(true);  // the denoiser is on the device by now
     if (level_ < 3 && level >= 3) stream_blocks();
     level_ = level;
+    collect_parked();
 }
 
 // Running out of memory while the encoders move in (the cache phase on a tight device) must

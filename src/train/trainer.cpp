@@ -15,6 +15,7 @@ void Trainer::load() {
     // low_vram_ exists only once the model is placed: after an OOM during placement the
     // ladder's new level must not be applied to a half-placed model — the retry reloads.
     auto placement = std::make_unique<LowVramMode>(*model_, *device_, placement_options());
+    placement->set_idle_expert_on_host(plan().idle_expert_on_host);  // never placed, then
     placement->place_model(plan().low_vram);
     low_vram_ = std::move(placement);
     model_->set_gradient_checkpointing(plan().gradient_checkpointing);

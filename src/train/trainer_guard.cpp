@@ -20,6 +20,7 @@ guard::PolicyContext Trainer::policy_context() const {
                  std::any_of(requests.begin(), requests.end(),
                              [](const PreviewRequest& r) { return r.guidance_scale > 1.0; });
     c.encoders_idle = TrainingData::encoders_can_idle(process_);
+    c.experts = arch != nullptr ? config::expert_count(arch->family) : 1;
     return c;
 }
 
@@ -90,7 +91,8 @@ void Trainer::release_after_oom() {
 }
 
 // Each knob reaches its owner: the denoiser its checkpointing, the data its buckets and caches,
-// low_vram its level (3 and 2 both ways); the host threads and sampling are the trainer's own.
+// low_vram its level (3 and 2 both ways) and the idle expert; the host threads and sampling are the
+// trainer's own.
 void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
     // Captured micro-batches are of the old plan's shapes and kernels.
     if (step_runner_) step_runner_->release_graphs();
@@ -99,6 +101,9 @@ void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
     }
     if (data_) data_->apply_plan(from, to);
     if (from.low_vram != to.low_vram && low_vram_) low_vram_->set_level(to.low_vram);
+    if (from.idle_expert_on_host != to.idle_expert_on_host && low_vram_) {
+        low_vram_->set_idle_expert_on_host(to.idle_expert_on_host);
+    }
     if (from.host.threads != to.host.threads && to.host.threads > 0) {
         at::set_num_threads(to.host.threads);
     }

@@ -131,8 +131,8 @@ then ok "train_low_noise: false trains the high-noise expert alone, one file"
 else bad "train_low_noise: false trains the high-noise expert alone, one file"; ls "$TMP/runs/high"; tail "$TMP/high.log"; fi
 
 # 1260 KiB holds the two experts (1.11 MiB) but not the example's previews or a step at batch 2
-# without checkpointing or low_vram: the rungs act on real allocations, none injected — sampling
-# first, then batch 1, checkpointing, the bucket, and low_vram up to streaming with the job's
+# without checkpointing or low_vram: the rungs act on real allocations, none injected — the idle
+# expert to the host first (free), sampling, then batch 1, checkpointing, the bucket, and low_vram up to streaming with the job's
 # uint4 base and qfloat8 text encoder — with each of the 8 steps trained once.
 job_at tight true 1260KiB false false 2 >"$TMP/tight.yaml"
 if "$LOOM" train "$TMP/tight.yaml" >"$TMP/tight.log" 2>&1; then ok "the tight-budget Wan 2.2 run ends"
@@ -145,6 +145,9 @@ rules = [e["rule"] for e in events if e["event"] == "change"]
 print("rules:", rules)
 ooms = [e for e in events if e["event"] == "oom"]
 assert ooms and all(e["kind"] == "device" for e in ooms), "no real out-of-memory errors"
+# The free rung first: a step computes with one expert, so the other leaves the device.
+step_rules = [r for r in rules if not r.startswith("sample.")]
+assert step_rules and step_rules[0] == "free.idle_expert_to_host", rules
 steps = [r for r in rules if r.startswith("train.")]
 assert steps[:2] == ["train.batch_1_accumulate", "train.gradient_checkpointing"], steps
 assert steps.count("train.low_vram") == 3, f"low_vram did not reach streaming: {steps}"

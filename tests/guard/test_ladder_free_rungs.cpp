@@ -39,6 +39,36 @@ TEST(LadderPolicy, IdleEncodersLeaveTheDeviceBeforeAnyCostlyRung) {
               "train.gradient_checkpointing");
 }
 
+// Issue 39: a denoiser of experts computes a step with one of them, so the idle one leaves the
+// device first — before the idle encoders, in the image and the video branch — and once; a model
+// of one denoiser never has the rung.
+TEST(LadderPolicy, TheIdleExpertLeavesTheDeviceFirst) {
+    PolicyContext c = image_context();
+    c.low_vram_levels = 3;
+    c.encoders_idle = true;
+    c.experts = 2;
+    for (const bool video : {false, true}) {
+        c.video = video;
+        const Decision d = decide(image_plan(), train_oom(), after_steps(3), c);
+        EXPECT_EQ(d.rule, "free.idle_expert_to_host") << video;
+        EXPECT_TRUE(d.plan.idle_expert_on_host);
+        ASSERT_EQ(d.changes.size(), 1u);
+        EXPECT_EQ(d.changes[0].knob, "model.idle_expert_on_host");
+        EXPECT_TRUE(find_rung(d.rule)->free);
+        History h = after_steps(3);
+        h.failed.emplace_back(Work::kTrain, image_plan());
+        EXPECT_EQ(decide(d.plan, train_oom(), h, c).rule, "free.encoders_off_device") << video;
+    }
+    c.video = false;
+    c.experts = 1;
+    EXPECT_EQ(decide(image_plan(), train_oom(), after_steps(3), c).rule,
+              "free.encoders_off_device");
+    // Not a sampling rung: a preview brings the expert of its timesteps to the device anyway.
+    c.experts = 2;
+    EXPECT_NE(decide(image_plan(), sample_oom(), after_steps(3), c).rule,
+              "free.idle_expert_to_host");
+}
+
 // What a measured choice picks from: checkpointing and batch 1 (both keep what is trained),
 // in the guide's order; nothing when the first rung is free, changes buckets or is the last.
 // The measured choice's candidates (issue 22): low_vram (the plan's level and up) x checkpointing

@@ -195,6 +195,7 @@ TEST(Plan, YamlTextIsExactlyTheFileFormat) {
               "  num_frames: 1\n"
               "model:\n"
               "  low_vram: 0\n"
+              "  idle_expert_on_host: false\n"
               "  qtype: qfloat8\n"
               "  qtype_te: ~\n"
               "sample:\n"
@@ -239,6 +240,19 @@ TEST(Plan, PlansWrittenBeforeTheQTypesGetTheirDefaults) {
     EXPECT_EQ(qtype_text(p), "uint4-te-qint8");
 }
 
+// Plans written before issue 39 keep every expert on the device.
+TEST(Plan, PlansWrittenBeforeTheIdleExpertKeepBothExpertsOnTheDevice) {
+    Plan p = sample_plan();
+    std::string text = plan_to_yaml(p);
+    const std::string line = "  idle_expert_on_host: false\n";
+    text.erase(text.find(line), line.size());
+    ASSERT_EQ(text.find("idle_expert"), std::string::npos) << text;
+    EXPECT_EQ(parse_plan(text, "plan.yaml"), p);
+    p.idle_expert_on_host = true;
+    EXPECT_TRUE(parse_plan(plan_to_yaml(p), "plan.yaml").idle_expert_on_host);
+    EXPECT_NE(describe(p).find(", idle expert on the host"), std::string::npos) << describe(p);
+}
+
 TEST(Plan, PlansWrittenBeforeTheHostSectionGetTheHostDefaults) {
     Plan p = sample_plan();
     std::string text = plan_to_yaml(p);
@@ -275,8 +289,10 @@ TEST(Plan, ParseErrorsAreExact) {
          "datasets.num_frames must be at least 1, not 0"},
         {"low_vram: 0", "low_vram: -1", "model.low_vram must not be negative"},
         {"low_vram: 0", "low_vram: 1.5", "model.low_vram has a malformed value '1.5'"},
-        {"model:\n  low_vram: 0\n  qtype: qfloat8\n  qtype_te: ~\n", "",
-         "model is missing or not a mapping"},
+        {"model:\n  low_vram: 0\n  idle_expert_on_host: false\n  qtype: qfloat8\n  qtype_te: ~\n",
+         "", "model is missing or not a mapping"},
+        {"idle_expert_on_host: false", "idle_expert_on_host: 2",
+         "model.idle_expert_on_host has a malformed value '2'"},
         {"qtype: qfloat8", "qtype: uint3",
          "model.qtype has a malformed value 'uint3' (a qtype: qfloat8, qint8, uint4)"},
         {"qtype_te: ~", "qtype_te: fp4",
@@ -371,6 +387,7 @@ const std::vector<std::string> kKnobNames = {"train.gradient_checkpointing",
                                              "datasets.max_bucket_pixels",
                                              "datasets.num_frames",
                                              "model.low_vram",
+                                             "model.idle_expert_on_host",
                                              "model.qtype",
                                              "model.qtype_te",
                                              "sample.enabled",
@@ -535,6 +552,34 @@ TEST(JobWithPlan, PlanFromJobReadsBackThePlanItWrote) {
         const config::Job reread =
             config::load_job_text(config::emit_job_yaml(with), "exported.yaml").job;
         EXPECT_EQ(plan_from_job(reread.config.process[0]), plan) << describe(plan);
+    }
+}
+
+// ai-toolkit's low_vram keeps the Wan 2.2 expert that is not training on the CPU: in loom the
+// idle expert on the host, for a model of experts only; oom.idle_expert_on_host asks for it
+// without low_vram, and a plan that keeps both experts on the device at a low_vram level comes
+// back from its export as it was.
+TEST(JobWithPlan, LowVramParksTheIdleExpertOfAModelOfExperts) {
+    const auto plan_of = [](const std::string& arch, const std::string& extra) {
+        std::string text = kJob;
+        const std::string model = "model: {name_or_path: model, arch: sd1}";
+        text.replace(text.find(model), model.size(),
+                     "model: {name_or_path: model, arch: " + arch + extra + "}");
+        const config::Job job = config::load_job_text(text, "job.yaml").job;
+        return std::make_pair(job, plan_from_job(job.config.process[0]));
+    };
+    EXPECT_TRUE(plan_of("wan22_14b", ", low_vram: true").second.idle_expert_on_host);
+    EXPECT_FALSE(plan_of("wan22_14b", "").second.idle_expert_on_host);
+    EXPECT_FALSE(plan_of("wan21", ", low_vram: true").second.idle_expert_on_host);
+    EXPECT_FALSE(plan_of("sd1", ", low_vram: true").second.idle_expert_on_host);
+
+    auto [job, plan] = plan_of("wan22_14b", "");
+    plan.low_vram = 2;
+    for (const bool idle : {false, true}) {
+        plan.idle_expert_on_host = idle;
+        const config::Job with = job_with_plan(job, 0, plan);
+        EXPECT_EQ(with.config.process[0].model.low_vram, idle);
+        EXPECT_EQ(plan_from_job(with.config.process[0]), plan) << describe(plan);
     }
 }
 

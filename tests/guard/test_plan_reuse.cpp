@@ -95,6 +95,7 @@ const std::vector<LighterKnob>& lighter_knobs() {
         {"datasets.max_bucket_pixels", [](Plan& p) { p.max_bucket_pixels = 256 * 256; }, true},
         {"datasets.num_frames", [](Plan& p) { p.frames = 1; }, true},
         {"model.low_vram", [](Plan& p) { p.low_vram = 1; }, true},
+        {"model.idle_expert_on_host", [](Plan& p) { p.idle_expert_on_host = true; }, true},
         {"model.qtype", [](Plan& p) { p.qtype = config::QType::kUInt4; }, true},  // 4 bits, not 8
         {"model.qtype_te", [](Plan& p) { p.qtype_te = config::QType::kInt8; }, true},  // not bf16
         {"sample.enabled", [](Plan& p) { p.sample.enabled = false; }, true},

@@ -62,6 +62,10 @@ struct ArchInfo {
 // "Stable Diffusion", "Flux", "Wan", "Wan 2.2": for messages that speak of the family.
 const char* to_string(FamilyKind family);
 
+// How many denoisers of their own timesteps the family has: 2 for Wan 2.2 14B (its high- and
+// low-noise experts), 1 for every other.
+int expert_count(FamilyKind family);
+
 // One row per Arch, in the enum's order.
 const std::vector<ArchInfo>& arch_table();
 const ArchInfo& arch_info(Arch arch);

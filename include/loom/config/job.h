@@ -144,9 +144,11 @@ struct OomConfig {
     // Memory knobs of the starting plan that have no ai-toolkit key (`loom stable export`
     // writes them; guard::plan_from_job reads them): buckets above this many pixels inactive,
     // the low-VRAM sub-mode (model.low_vram: true is 1, model.quantize: true is 2), preview
-    // batching, and the host RAM knobs.
+    // batching, the host RAM knobs, and a model of experts' idle expert on the host (Wan 2.2
+    // 14B; model.low_vram: true turns it on too).
     std::optional<std::int64_t> max_bucket_pixels;
     int low_vram_level = 0;
+    bool idle_expert_on_host = false;
     bool sample_batch_prompts = true;
     bool sample_batch_guidance = true;
     bool host_memory_caches = true;
@@ -163,6 +165,7 @@ struct OomConfig {
         v("max_restarts", &OomConfig::max_restarts, AtLeast{0});
         v("max_bucket_pixels", &OomConfig::max_bucket_pixels, AtLeast{64});
         v("low_vram_level", &OomConfig::low_vram_level, AtLeast{0}, AtMost{3});
+        v("idle_expert_on_host", &OomConfig::idle_expert_on_host);
         v("sample_batch_prompts", &OomConfig::sample_batch_prompts);
         v("sample_batch_guidance", &OomConfig::sample_batch_guidance);
         v("host_memory_caches", &OomConfig::host_memory_caches);

@@ -10,14 +10,15 @@
 //     sampling off.
 //   load / cache OOM: low_vram (batch and buckets do not exist yet).
 //   training-step OOM, images: first the free rungs — changes that cost no step time at this point
-//     of the run (the idle encoders off the device once every latent and text embedding is
-//     cached) — then gradient checkpointing, batch 1 with accumulation (effective batch kept),
-//     drop the largest bucket (repeatable), shrink sampling when a sampling pass left memory
-//     behind, low_vram. Video: the free rungs, fewer frames (halved once), batch 1, gradient
-//     checkpointing, buckets, then frames again down to 1, sampling, low_vram. With the probe on,
-//     the guard measures the plans around the documented one that differ only in how a step is
-//     computed (checkpointing, micro-batch, block streaming: measured_candidates) and takes the
-//     fastest that fits; the documented plan wins ties, and this order stays the explanation.
+//     of the run (a model of experts' idle expert on the host; the idle encoders off the device
+//     once every latent and text embedding is cached) — then gradient checkpointing, batch 1 with
+//     accumulation (effective batch kept), drop the largest bucket (repeatable), shrink sampling
+//     when a sampling pass left memory behind, low_vram. Video: the free rungs, fewer frames
+//     (halved once), batch 1, gradient checkpointing, buckets, then frames again down to 1,
+//     sampling, low_vram. With the probe on, the guard measures the plans around the documented one
+//     that differ only in how a step is computed (checkpointing, micro-batch, block streaming:
+//     measured_candidates) and takes the fastest that fits; the documented plan wins ties, and this
+//     order stays the explanation.
 //   "sometimes": the failing batch came from the largest bucket and smaller buckets have trained
 //     fine → dropping that bucket comes first.
 //   save OOM: free and retry once, then low_vram.
@@ -75,6 +76,9 @@ struct PolicyContext {
     // embeddings) the text encoder(s) and the VAE only work for previews and a caption's first
     // use, so moving them to the host costs no step time (the free rung).
     bool encoders_idle = false;
+    // Denoisers of their own timesteps (Wan 2.2 14B: 2). With more than one, a step computes
+    // with one expert only, so the others can wait on the host (the first free rung).
+    int experts = 1;
 };
 
 struct OomEvent {

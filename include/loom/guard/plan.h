@@ -59,6 +59,9 @@ struct Plan {
     std::optional<std::int64_t> max_bucket_pixels;
     int frames = 1;    // training clip length (video models; 1 for images)
     int low_vram = 0;  // 0: off; 1, 2, ...: the low-VRAM sub-modes switched on, in order
+    // A denoiser of experts (Wan 2.2 14B): the experts not computing wait in host memory, their
+    // frozen weights brought to the device when their timesteps come (train/low_vram.h).
+    bool idle_expert_on_host = false;
     // What level 2 quantizes the frozen base to (model.qtype), and the text encoders
     // (qtype_te with quantize_te; nullopt: they stay unquantized, in bf16). The ladder never
     // changes them; the plan carries them so that a restart, the stable store and an export
@@ -96,6 +99,8 @@ struct Plan {
         v(kDatasets, "num_frames", &Plan::frames, Weighs::kMoreDevice, AtLeast{1});
         v(kModel, "low_vram", &Plan::low_vram, Weighs::kLessDevice, AtLeast{0},
           OomKey{&config::OomConfig::low_vram_level});
+        v(kModel, "idle_expert_on_host", &Plan::idle_expert_on_host, Weighs::kLessDevice,
+          AbsentInOlderPlans{}, OomKey{&config::OomConfig::idle_expert_on_host});
         v(kModel, "qtype", &Plan::qtype, Weighs::kMoreDevice, AbsentInOlderPlans{});
         v(kModel, "qtype_te", &Plan::qtype_te, Weighs::kMoreDevice, AbsentInOlderPlans{});
         v(kSample, "enabled", in(&Plan::sample, &SamplePlan::enabled), Weighs::kMoreDevice,

@@ -114,9 +114,11 @@ class ModelFamily {
     virtual std::vector<bool> trained_experts() const { return {}; }
     // Expert `index` as a module (what placement moves between the host and the device).
     virtual torch::nn::Module* expert(std::size_t /*index*/) { return nullptr; }
-    // Called with an expert's index before it computes (predict, previews): the trainer's
-    // placement brings it to the device and, with the idle expert on the host, sends the others
-    // there (train/low_vram.h). Without one, every expert stays where it is.
+    // Called with an expert's index before it computes (predict, previews), or with
+    // kEveryExpert before a batch on both sides of a boundary: the trainer's placement brings
+    // it to the device and, with the idle expert on the host, sends the others there
+    // (train/low_vram.h). Without one, every expert stays where it is.
+    static constexpr std::size_t kEveryExpert = static_cast<std::size_t>(-1);
     void set_expert_placement(std::function<void(std::size_t)> place) {
         place_expert_ = std::move(place);
     }

@@ -23,6 +23,16 @@
 //      (train/prefetching_weight_source.h), at the cost of up to
 //      PrefetchingWeightSource::kDepth layers' copies more device memory.
 //
+// Beside the levels, for a denoiser of experts (Wan 2.2 14B), the idle expert on the host: a step
+// computes with one expert, so the frozen weights of the others wait in host memory and an
+// expert comes to the device when the model asks for it (ModelFamily's expert placement: its
+// turn in training, its timesteps in a preview), the one it replaces leaving first so the device
+// never holds both. The LoRA weights and their optimizer state stay on the device. It composes
+// with every level: a parked expert is quantized where it lies, its streamed block weights stay
+// streamed, and leaving level 3 or 2 puts its weights back on the host, not the device. The
+// ladder's first free rung (guard::Plan::idle_expert_on_host); ai-toolkit's low_vram does it by
+// hand.
+//
 // Levels go back down only for the guard's measured choice (issue 22), which tries a higher
 // level as one candidate among others and must be able to leave it: level 3 returns to 2 (the
 // streamed weights back on the device), 1 to 0 (the encoders back), and from 2 or 3 to below 2
@@ -65,8 +75,10 @@ class LowVramMode {
   public:
     static constexpr int kLevels = 3;
 
-    LowVramMode(ModelFamily& model, Device& device, PlacementOptions options = {})
-        : model_(model), device_(device), options_(options) {}
+    LowVramMode(ModelFamily& model, Device& device, PlacementOptions options = {});
+    ~LowVramMode();
+    LowVramMode(const LowVramMode&) = delete;
+    LowVramMode& operator=(const LowVramMode&) = delete;
 
     // Places a freshly loaded (host-resident) model on the device as `level` asks.
     void place_model(int level);
@@ -78,6 +90,12 @@ class LowVramMode {
     // model's float32 size while on).
     void keep_originals(bool keep);
     int level() const { return level_; }
+    // Turns the idle expert on the host on or off (a no-op for one denoiser); may be called
+    // before place_model, which then never brings the idle experts to the device. Turning it on
+    // keeps the expert that computed last (before any, the first that trains) on the device.
+    void set_idle_expert_on_host(bool on);
+    bool idle_expert_on_host() const { return idle_expert_on_host_; }
+
     // At level 3 the encoders also compute where they live, on the host, when caching latents
     // and text embeddings (and for a cache miss): a T5 too large to visit the device next to
     // the placed transformer still encodes. Previews bring them to the device as below.
@@ -117,6 +135,16 @@ class LowVramMode {
     void write_quantized_cache(const std::vector<std::pair<std::string, at::Tensor>>& kept) const;
     // Whether placement leaves `t` where it is: a streamed weight, a quantized layer's placeholder.
     bool stays(const at::Tensor& t) const;
+    // Whether `t` is a frozen tensor of an expert waiting on the host.
+    bool parked(const at::Tensor& t) const;
+    // The model's expert placement: expert `index` (or every expert) to the device, the others
+    // to the host while the idle expert is on the host.
+    void place_expert(std::size_t index);
+    // Expert `index`'s frozen tensors to the host (`on_host`) or the device, except those that
+    // stay (streamed, placeholders); its LoRA weights stay on the device.
+    void move_expert(std::size_t index, bool on_host);
+    // parked_tensors_ for the experts parked now (after a move, or after a level made tensors).
+    void collect_parked();
     // The source of a quantized layer, or nullptr.
     class QuantizedFetch* quantized_source(const torch::nn::Module* layer) const;
     void stream_blocks();
@@ -130,7 +158,14 @@ class LowVramMode {
     PlacementOptions options_;
     std::shared_ptr<PrefetchingWeightSource> prefetch_;  // level 3 with stream_prefetch
     int level_ = 0;
+    bool placed_ = false;  // place_model is done
     int encoder_scopes_ = 0;
+    // The idle expert on the host: which experts wait there, their frozen tensors, and the
+    // expert that computed last.
+    bool idle_expert_on_host_ = false;
+    std::vector<bool> expert_parked_;
+    std::unordered_set<const c10::TensorImpl*> parked_tensors_;
+    std::optional<std::size_t> active_expert_;
     // The host-resident weights of level 3 (their TensorImpl: set_data keeps it), and the layers
     // that fetch them.
     std::unordered_set<const c10::TensorImpl*> streamed_;
@@ -145,7 +180,6 @@ class LowVramMode {
     struct Original {
         at::Tensor param;  // shares the parameter's TensorImpl
         at::Tensor full;   // its float32 value, on the host
-        bool on_device;
     };
     bool keep_originals_ = false;
     std::vector<Original> originals_;

@@ -27,7 +27,8 @@ std::vector<torch::nn::Module*> FluxFamily::encoders() {
 // ai-toolkit targets FluxTransformer2DModel with transformer_only.
 const DenoiserBlocks& FluxFamily::declared_blocks() {
     static const DenoiserBlocks blocks{{"transformer_blocks.", "single_transformer_blocks."},
-                                       LoRATargeting::kBlockLinears};
+                                       LoRATargeting::kBlockLinears,
+                                       /*experts=*/{}};
     return blocks;
 }
 

@@ -26,7 +26,8 @@ std::vector<torch::nn::Module*> StableDiffusionFamily::encoders() {
 // LoRA targets follow the UNet module sets, which look inside them (lora/target_rules.h).
 const DenoiserBlocks& StableDiffusionFamily::declared_blocks() {
     static const DenoiserBlocks blocks{{"down_blocks.", "mid_block.", "up_blocks."},
-                                       LoRATargeting::kUNetModuleSets};
+                                       LoRATargeting::kUNetModuleSets,
+                                       /*experts=*/{}};
     return blocks;
 }
 

@@ -21,7 +21,7 @@ std::vector<torch::nn::Module*> WanFamily::encoders() {
 // The blocks hold nearly every weight; the patch embedding, the condition embedder and
 // proj_out stay and get no LoRA (ai-toolkit's get_transformer_block_names: ['blocks']).
 const DenoiserBlocks& WanFamily::declared_blocks() {
-    static const DenoiserBlocks blocks{{"blocks."}, LoRATargeting::kBlockLinears};
+    static const DenoiserBlocks blocks{{"blocks."}, LoRATargeting::kBlockLinears, /*experts=*/{}};
     return blocks;
 }
 

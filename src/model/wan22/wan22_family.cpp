@@ -92,13 +92,18 @@ at::Tensor Wan22Family::predict(const at::Tensor& noisy, const at::Tensor& times
     const auto high_count = high.sum().item<int64_t>();
     const auto run = [&](std::size_t index, const at::Tensor& x, const at::Tensor& ts,
                          const at::Tensor& context) {
-        place_expert(index);
         return expert_module(index).forward(x, ts, context);
     };
-    if (high_count == noisy.size(0)) return run(kHighNoise, noisy, t, c.context);
-    if (high_count == 0) return run(kLowNoise, noisy, t, c.context);
-    // A micro-batch on both sides of the boundary: each part through its expert, put back in
-    // the batch's order.
+    if (high_count == noisy.size(0) || high_count == 0) {
+        const std::size_t index = high_count == 0 ? kLowNoise : kHighNoise;
+        place_expert(index);
+        return run(index, noisy, t, c.context);
+    }
+    // A micro-batch on both sides of the boundary (training draws one expert's timesteps per
+    // step, so only a caller of its own makes one): each part through its expert, put back in
+    // the batch's order. Both experts stay on the device until the backward pass is done with
+    // the first one's weights.
+    place_expert(kEveryExpert);
     const at::Tensor hi = high.nonzero().flatten().to(noisy.device());
     const at::Tensor lo = high.logical_not().nonzero().flatten().to(noisy.device());
     const at::Tensor out_hi = run(kHighNoise, noisy.index_select(0, hi), t.index_select(0, hi),
