@@ -55,10 +55,15 @@ YAML
 
 # kill_and_resume LOOM PY KILL_FROM KILL_SPAN: runs $TMP/split.yaml (run "split" in $TMP/runs),
 # kills it with SIGKILL after a step in KILL_FROM..KILL_FROM+KILL_SPAN-1, reruns it to the end and
-# checks that the rerun resumes and that its LoRA equals run "whole"'s (within 1e-5).
+# checks that the rerun resumes and that its LoRA equals run "whole"'s (within 1e-5). The job
+# must have more than KILL_FROM+KILL_SPAN-1 steps.
 kill_and_resume() {
   local loom="$1" py="$2" kill_at=$(( $3 + RANDOM % $4 ))
-  "$loom" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
+  # The kill comes from here at a moment the polling picks (mid-step, mid-save); a step takes
+  # milliseconds, so the run can outpace the polling: the fault kills it where the next step
+  # begins, after the span's last step, should it get that far.
+  LOOM_FAULTS="kill:phase=train_step:step=$(( $3 + $4 ))" \
+    "$loom" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
   local pid=$!
   wait_steps split "$kill_at" "$pid"
   kill -9 "$pid" 2>/dev/null

@@ -110,8 +110,10 @@ then ok "diffusers' Wan 2.2 pipeline loads the pair with every key used"
 else bad "diffusers' Wan 2.2 pipeline loads the pair with every key used"; fi
 
 # SIGKILL after a step in 3..5, then the rerun: the same pair as the uninterrupted run.
+# The fault kills it where step 6 begins should it outpace the polling (as kill_and_resume does).
 kill_at=$(( 3 + RANDOM % 3 ))
-"$LOOM" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
+LOOM_FAULTS="kill:phase=train_step:step=6" \
+  "$LOOM" train "$TMP/split.yaml" --no-supervise >"$TMP/split1.log" 2>&1 &
 pid=$!
 wait_steps split "$kill_at" "$pid"
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
