@@ -3,7 +3,7 @@
 // Any family loom loads samples through the seam (model/family.h) as its pipeline does: SD 1.x
 // and SDXL with DDIM or Euler and classifier-free guidance, Flux with flow-matching Euler and the
 // distilled guidance (no negative prompt), Wan with flow-matching Euler and classifier-free
-// guidance (each image a one-frame clip).
+// guidance (each image a one-frame clip); Flux Kontext edits --control's image.
 
 #include <ATen/ATen.h>
 
@@ -17,6 +17,7 @@
 #include "loom/core/exit_codes.h"
 #include "loom/core/logging.h"
 #include "loom/data/image.h"
+#include "loom/data/image_tensor.h"
 #include "loom/device/device.h"
 #include "loom/device/host_memory.h"
 #include "loom/lora/lora_file.h"
@@ -55,7 +56,10 @@ cxxopts::Options sample_options() {
         "device", "cuda, cuda:N, cpu or sim", cxxopts::value<std::string>()->default_value("cpu"),
         "DEVICE")("vram", "Memory cap (the sim budget; default: none)",
                   cxxopts::value<std::string>(), "SIZE")(
-        "out", "Output folder", cxxopts::value<std::string>()->default_value("samples"), "DIR");
+        "out", "Output folder", cxxopts::value<std::string>()->default_value("samples"), "DIR")(
+        "control",
+        "Kontext: the image to edit, fitted to --width x --height (every prompt edits it)",
+        cxxopts::value<std::string>(), "IMAGE");
     return options;
 }
 
@@ -92,6 +96,20 @@ PreviewOptions preview_options(const cxxopts::ParseResult& parsed, const config:
     return po;
 }
 
+// --control's image fitted to a request's size (scale and centre crop, as training fits a
+// dataset's control image), [3, height, width] in [-1, 1].
+at::Tensor control_image(const cxxopts::ParseResult& parsed, int64_t width, int64_t height) {
+    const std::string path = parsed["control"].as<std::string>();
+    try {
+        return data::fitted_tensor(data::read_image(path),
+                                   {static_cast<int>(width), static_cast<int>(height)}, false,
+                                   false);
+    } catch (const Error& e) {
+        throw UsageError("loom sample: --control " + path + " cannot be used (" + e.what() +
+                         "); give a readable PNG, JPEG or WebP");
+    }
+}
+
 int run_sample(const std::vector<std::string>& args) {
     cxxopts::Options options = sample_options();
     const cxxopts::ParseResult parsed = parse_options(options, "sample", args);
@@ -105,6 +123,10 @@ int run_sample(const std::vector<std::string>& args) {
     // The flags are checked against the arch before any weight is read.
     const config::ArchInfo& arch = config::arch_info(detect_model_arch(model_dir));
     const PreviewOptions po = preview_options(parsed, arch);
+    if (parsed.count("control") && !arch.control_images) {
+        throw UsageError(std::string("loom sample: --control does not apply to ") +
+                         arch.display_name + ", which takes no control image (Kontext does)");
+    }
     std::vector<PreviewRequest> requests;
     const auto prompts = parsed["prompt"].as<std::vector<std::string>>();
     for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -122,6 +144,7 @@ int run_sample(const std::vector<std::string>& args) {
                 "loom sample: --steps must be at least 1 and --width/--height at "
                 "least 8");
         }
+        if (parsed.count("control")) r.control = control_image(parsed, r.width, r.height);
         requests.push_back(r);
     }
     // Weights are read into host memory, then moved whole to the device.

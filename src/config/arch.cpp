@@ -27,7 +27,6 @@ constexpr const char* kOtherAiToolkitArchs[] = {
     "hidream",
     "hidream_e1",
     "hidream_o1",
-    "flux_kontext",
     "flux2",
     "flux2_klein_4b",
     "flux2_klein_9b",
@@ -73,6 +72,8 @@ const std::vector<ArchInfo>& arch_table() {
         {Arch::kFlux,  "flux",  "Flux.1",               F::kFlux,            "FluxPipeline",              true,  false, 32,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer", N::kDiffusers},
         {Arch::kWan21, "wan21", "Wan 2.1",              F::kWan,             "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     5.0, true,  "wan_2.1",         "networks.lora_wan",   "transformer", N::kDiffusers},
         {Arch::kWan22_14b, "wan22_14b", "Wan 2.2 14B",      F::kWan22,           "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     5.0, true,  "wan_2.2_14b",     "networks.lora_wan",   "diffusion_model", N::kWanOriginal},
+        // Kontext: Flux.1's transformer with the control image's latents after the target's on the sequence
+        {Arch::kFluxKontext, "flux_kontext", "Flux.1 Kontext", F::kFlux,      "FluxKontextPipeline",       true,  false, 16,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer", N::kDiffusers, /*control_images=*/true},
     };
     // clang-format on
     return kTable;

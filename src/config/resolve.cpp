@@ -129,6 +129,7 @@ class Resolver {
             family = to_string(arch_info(*p.choices.arch).family);
         }
         resolve_video_keys(p, path);
+        resolve_control_keys(p, path);
         if (family == nullptr) {
             if (p.train.noise_scheduler == "flowmatch") {
                 warn(DiagnosticKind::kNotSupportedYet, scheduler,
@@ -224,6 +225,39 @@ class Resolver {
             warn(DiagnosticKind::kNote, key,
                  key + " " + std::to_string(p.sample.num_frames) + " does not apply to '" + arch +
                      "', an image model: its previews are images");
+        }
+    }
+
+    // Control images: an arch that edits a source image (Kontext) takes them; on any other a
+    // dataset's pairs would be left out of training without a word, so they are refused, and a
+    // preview's control image is said to be unused.
+    void resolve_control_keys(ProcessConfig& p, const std::string& path) {
+        // An arch loom cannot train yet is already warned; its pairs are not refused here.
+        if (!p.choices.arch) return;
+        const std::string& arch = *p.model.arch;
+        const bool takes_controls = arch_info(*p.choices.arch).control_images;
+        for (std::size_t i = 0; i < p.datasets.size(); ++i) {
+            const std::string key = path + ".datasets." + std::to_string(i) + ".control_path";
+            const std::size_t folders = p.datasets[i].control_path.size();
+            if (folders > 0 && !takes_controls) {
+                fail(key, key + " pairs control images, which only flux_kontext trains on; '" +
+                              arch +
+                              "' would leave them out: set model.arch: flux_kontext for a "
+                              "Kontext model, or remove control_path");
+            }
+            if (folders > 1) {
+                fail(key, key + " lists " + std::to_string(folders) + " folders; '" + arch +
+                              "' edits from one control image per training image: keep one");
+            }
+        }
+        if (takes_controls) return;
+        for (std::size_t i = 0; i < p.sample.samples.size(); ++i) {
+            const std::string key = path + ".sample.samples." + std::to_string(i) + ".ctrl_img";
+            if (p.sample.samples[i].ctrl_img) {
+                warn(DiagnosticKind::kNote, key,
+                     key + " is not used: '" + arch + "' previews take no control image");
+                p.sample.samples[i].ctrl_img.reset();
+            }
         }
     }
 

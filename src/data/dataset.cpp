@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "loom/config/job.h"
@@ -54,11 +55,16 @@ bool read_bytes(const fs::path& path, std::string& out, std::string& error) {
     return true;
 }
 
-// One candidate file's outcome: a record, or the warning that skips it.
+// One candidate file's outcome: a record, or the warning that skips it, or (a control image
+// that cannot be paired) the error that stops the scan.
 struct Outcome {
     std::optional<ImageRecord> record;
     std::string warning;
+    std::string fatal;
 };
+
+// control_path's image files by stem (a stem with several files is refused when used).
+using ControlFiles = std::map<std::string, std::vector<fs::path>>;
 
 // The message of a FormatError/IoError about `path`, without the path it starts with (the skip
 // warning names the file once).
@@ -69,7 +75,50 @@ std::string without_path(const Error& e, const fs::path& path) {
     return why;
 }
 
-Outcome examine(const fs::path& path, const config::DatasetConfig& cfg) {
+// The control image paired with `image` (scan_dataset's header says how), as a record; the
+// reason it cannot be in `error` otherwise.
+std::shared_ptr<const ImageRecord> control_of(const fs::path& image, const ControlFiles& controls,
+                                              const std::string& folder, std::string& error) {
+    const auto found = controls.find(image.stem().string());
+    if (found == controls.end()) {
+        error = image.string() + " has no control image in control_path " + folder +
+                " (looked for " + image.stem().string() +
+                " with .jpg, .jpeg, .png or .webp); add its source image there, remove the "
+                "image from the dataset, or drop datasets[].control_path to train without pairs";
+        return nullptr;
+    }
+    if (found->second.size() > 1) {
+        error = image.string() + " has " + std::to_string(found->second.size()) +
+                " control images in " + folder + " (" + found->second[0].string() + ", " +
+                found->second[1].string() + "); keep one per stem";
+        return nullptr;
+    }
+    const fs::path& path = found->second.front();
+    auto record = std::make_shared<ImageRecord>();
+    record->path = path;
+    std::string bytes, why;
+    if (!read_bytes(path, bytes, why)) {
+        error = "cannot read control image " + path.string() + " of " + image.string() + " (" +
+                why + "); check that it is readable";
+        return nullptr;
+    }
+    try {
+        if (bytes.empty()) throw FormatError(path.string(), "the file is empty (0 bytes)");
+        const Image decoded = decode_image(bytes, path.string());
+        record->width = decoded.width;
+        record->height = decoded.height;
+        record->format = sniff_image_format(bytes);
+    } catch (const Error& e) {
+        error = "control image " + path.string() + " of " + image.string() + ": " +
+                without_path(e, path) + "; replace it with a PNG, JPEG or WebP of the source";
+        return nullptr;
+    }
+    record->content_hash = sha256_hex(bytes);
+    return record;
+}
+
+Outcome examine(const fs::path& path, const config::DatasetConfig& cfg,
+                const ControlFiles* controls) {
     Outcome out;
     auto skip = [&](const std::string& why) {
         out.warning = "skipping " + path.string() + ": " + why;
@@ -129,7 +178,50 @@ Outcome examine(const fs::path& path, const config::DatasetConfig& cfg) {
     }
     if (trim_ascii_space(record.caption).empty() && cfg.default_caption)
         record.caption = *cfg.default_caption;
+    if (controls != nullptr) {
+        record.control = control_of(path, *controls, cfg.control_path.front(), out.fatal);
+        if (!record.control) return out;
+    }
     out.record = std::move(record);
+    return out;
+}
+
+// control_path's image files (not its subfolders: ai-toolkit pairs by file name).
+ControlFiles list_controls(const config::DatasetConfig& cfg) {
+    if (cfg.control_path.size() > 1) {
+        throw DatasetError(cfg.folder_path,
+                           "datasets[].control_path lists " +
+                               std::to_string(cfg.control_path.size()) +
+                               " folders; a control image per training image pairs from one "
+                               "folder: keep one");
+    }
+    const std::string& folder = cfg.control_path.front();
+    if (cfg.is_video()) {
+        throw DatasetError(cfg.folder_path,
+                           "datasets[].control_path " + folder +
+                               " is set on a video dataset (num_frames > 1); control images "
+                               "pair with images only: drop control_path or num_frames");
+    }
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec)) {
+        throw DatasetError(cfg.folder_path,
+                           "datasets[].control_path " + folder +
+                               (fs::exists(folder, ec) ? " is not a folder" : " does not exist") +
+                               "; set it to the folder of control (source) images, named as "
+                               "the images in " +
+                               cfg.folder_path);
+    }
+    ControlFiles out;
+    for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+        const fs::path& p = e.path();
+        std::error_code e2;
+        if (hidden(p) || !e.is_regular_file(e2) || !is_supported_image_name(p)) continue;
+        out[p.stem().string()].push_back(p);
+    }
+    if (ec)
+        throw DatasetError(cfg.folder_path, "cannot list control_path " + folder + " (" +
+                                                ec.message() + "); check its permissions");
+    for (auto& [stem, files] : out) std::sort(files.begin(), files.end());
     return out;
 }
 
@@ -218,7 +310,7 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
     if (files.size() == unsupported) {
         if (unsupported > 0) {
             for (const fs::path& p : files) {
-                const Outcome o = examine(p, cfg);
+                const Outcome o = examine(p, cfg, nullptr);
                 log.warn("{}", o.warning);
                 if (options.on_warning) options.on_warning({p, o.warning});
             }
@@ -234,6 +326,8 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
                                             " or fix datasets[].folder_path");
     }
 
+    const std::optional<ControlFiles> controls =
+        cfg.has_controls() ? std::optional<ControlFiles>(list_controls(cfg)) : std::nullopt;
     // Decoding dominates: examine files on up to num_workers threads, report in sorted order.
     std::vector<Outcome> outcomes(files.size());
     const std::size_t threads =
@@ -241,7 +335,7 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
     std::atomic<std::size_t> next{0};
     auto work = [&] {
         for (std::size_t i = next++; i < files.size(); i = next++)
-            outcomes[i] = examine(files[i], cfg);
+            outcomes[i] = examine(files[i], cfg, controls ? &*controls : nullptr);
     };
     std::vector<std::thread> pool;
     for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);
@@ -252,6 +346,7 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
     out.folder = folder;
     for (std::size_t i = 0; i < files.size(); ++i) {
         Outcome& o = outcomes[i];
+        if (!o.fatal.empty()) throw DatasetError(folder_text, o.fatal);
         if (o.record) {
             out.images.push_back(std::move(*o.record));
         } else {

@@ -118,7 +118,8 @@ std::vector<std::vector<std::size_t>> preview_groups(const std::vector<PreviewRe
                 const PreviewRequest& a = requests[i];
                 const PreviewRequest& b = requests[j];
                 if (!done[j] && a.width == b.width && a.height == b.height && a.steps == b.steps &&
-                    a.guidance_scale == b.guidance_scale && a.frames == b.frames) {
+                    a.guidance_scale == b.guidance_scale && a.frames == b.frames &&
+                    a.control.defined() == b.control.defined()) {
                     group.push_back(j);
                     done[j] = true;
                 }

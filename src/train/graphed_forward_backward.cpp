@@ -59,7 +59,8 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         const StepConditioning& c = in.conditioning;
         s.in = {static_copy(in.noisy),
                 static_copy(in.timesteps),
-                {static_copy(c.context), static_copy(c.pooled), static_copy(c.extra)},
+                {static_copy(c.context), static_copy(c.pooled), static_copy(c.extra),
+                 static_copy(c.control)},
                 static_copy(in.target),
                 in.weight};
         const auto options = in.target.options().dtype(at::kFloat);
@@ -75,6 +76,7 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         copy_into(s.in.conditioning.context, in.conditioning.context);
         copy_into(s.in.conditioning.pooled, in.conditioning.pooled);
         copy_into(s.in.conditioning.extra, in.conditioning.extra);
+        copy_into(s.in.conditioning.control, in.conditioning.control);
         copy_into(s.in.target, in.target);
         s.weight.fill_(in.weight);
     }

@@ -5,8 +5,13 @@
 #include <cstring>
 #include <string>
 
+#include "loom/config/arch.h"
+#include "loom/config/prompt_flags.h"
+#include "loom/core/error.h"
+#include "loom/core/logging.h"
 #include "loom/data/animation.h"
 #include "loom/data/image.h"
+#include "loom/data/image_tensor.h"
 #include "loom/lora/lora_network.h"
 #include "loom/model/family.h"
 #include "loom/train/lora_training.h"
@@ -55,10 +60,28 @@ class SamplingMode {
     LoRANetwork& network_;
 };
 
+// A preview's control image fitted to its size (scale and centre crop, as training fits a
+// dataset's control image to its item's bucket), [3, height, width] in [-1, 1].
+at::Tensor control_tensor(const std::string& path, std::size_t prompt, int64_t width,
+                          int64_t height) {
+    try {
+        return data::fitted_tensor(data::read_image(path),
+                                   {static_cast<int>(width), static_cast<int>(height)}, false,
+                                   false);
+    } catch (const Error& e) {
+        throw ConfigError("", "sample.prompts",
+                          "sample prompt " + std::to_string(prompt + 1) + ": its control image " +
+                              path + " cannot be used (" + e.what() +
+                              "); fix the --ctrl_img path or the file");
+    }
+}
+
 }  // namespace
 
 std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& process) {
     const config::SampleConfig& sc = process.sample;
+    const bool takes_control =
+        process.choices.arch && config::arch_info(*process.choices.arch).control_images;
     std::vector<PreviewRequest> requests;
     std::vector<std::string> prompts = sc.prompts;
     for (const auto& item : sc.samples) prompts.push_back(item.prompt);
@@ -70,7 +93,8 @@ std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& proces
              pos = p.find("[trigger]")) {
             p.replace(pos, 9, trigger.value_or(""));
         }
-        r.prompt = p;
+        const config::PromptFlags flags = config::parse_prompt_flags(p);
+        r.prompt = flags.prompt;
         r.negative = sc.neg;
         r.seed = sc.walk_seed ? sc.seed + static_cast<int64_t>(i) : sc.seed;
         r.width = sc.width;
@@ -89,6 +113,31 @@ std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& proces
             if (item.sample_steps) r.steps = *item.sample_steps;
             if (item.num_frames) r.frames = *item.num_frames;
         }
+        // The prompt's own flags come last, as ai-toolkit applies them over the sample section.
+        if (flags.neg) r.negative = *flags.neg;
+        if (flags.width) r.width = *flags.width;
+        if (flags.height) r.height = *flags.height;
+        if (flags.seed) r.seed = *flags.seed;
+        if (flags.guidance_scale) r.guidance_scale = *flags.guidance_scale;
+        if (flags.steps) r.steps = *flags.steps;
+        if (flags.frames) r.frames = *flags.frames;
+        for (const std::string& f : flags.unused) {
+            logger("train").warn(
+                "sample prompt {}: {} is not used by loom; the preview renders "
+                "without it",
+                i + 1, f);
+        }
+        std::optional<std::string> control = flags.ctrl_img;
+        if (i >= sc.prompts.size() && sc.samples[i - sc.prompts.size()].ctrl_img)
+            control = sc.samples[i - sc.prompts.size()].ctrl_img;
+        if (control && takes_control) {
+            r.control = control_tensor(*control, i, r.width, r.height);
+        } else if (control) {
+            logger("train").warn(
+                "sample prompt {}: --ctrl_img is not used: '{}' previews take "
+                "no control image",
+                i + 1, config::to_string(*process.choices.arch));
+        }
         requests.push_back(r);
     }
     return requests;
@@ -102,6 +151,14 @@ std::vector<at::Tensor> render_previews(const PreviewModel& preview,
         r.width = std::min<int64_t>(r.width, sp.width);
         r.height = std::min<int64_t>(r.height, sp.height);
         r.frames = std::min<int64_t>(r.frames, sp.frames);  // the preview-frames rung
+        // The size rung shrinks the control image with the preview (area-averaged, as an image
+        // is shrunk).
+        if (r.control.defined() &&
+            (r.control.size(1) != r.height || r.control.size(2) != r.width)) {
+            r.control = at::_upsample_bilinear2d_aa(r.control.unsqueeze(0), {r.height, r.width},
+                                                    /*align_corners=*/false)
+                            .squeeze(0);
+        }
     }
     PreviewOptions options;
     options.sampler = process.choices.sampler;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 
+#include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "train_log.h"
 
@@ -35,6 +36,18 @@ TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts mode
     }
     for (const data::DatasetItem& it : dataset_items_) {
         items_.push_back({it.dataset, images.at(it.image), it});
+    }
+    // Paired datasets (control_path) and plain ones cannot share a batch: a step's control
+    // latents are one tensor beside its targets.
+    has_controls_ = process.datasets.front().has_controls();
+    for (std::size_t d = 0; d < process.datasets.size(); ++d) {
+        if (process.datasets[d].has_controls() != has_controls_) {
+            throw ConfigError(
+                "", "datasets." + std::to_string(d) + ".control_path",
+                "datasets." + std::to_string(d) + (has_controls_ ? " has no" : " has a") +
+                    " control_path while datasets.0 " + (has_controls_ ? "has one" : "has none") +
+                    ": give every dataset of the job its control images, or none");
+        }
     }
     // One batch size for the whole data order: a per-dataset override applies when the datasets
     // agree on it (ai-toolkit batches inside each dataset; loom's buckets span them). The data
@@ -165,9 +178,20 @@ at::Tensor TrainingData::latent(std::size_t index, data::BucketSize bucket,
         [&](const at::Tensor& image) { return encode(it, image); }, frames);
 }
 
+at::Tensor TrainingData::control_latent(std::size_t index, data::BucketSize bucket,
+                                        const LatentEncode& encode) {
+    const TrainingItem& it = items_.at(index);
+    if (!it.image->control) return {};
+    return latent_cache_->get(*it.image->control, bucket, it.item.flip_x, it.item.flip_y,
+                              [&](const at::Tensor& image) { return encode(it, image); });
+}
+
 void TrainingData::cache_all_latents(const LatentEncode& encode) {
     const data::BucketPlan& plan = order_->plan();
-    for (std::size_t i = 0; i < items_.size(); ++i) latent(i, plan.item_bucket.at(i), encode);
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+        latent(i, plan.item_bucket.at(i), encode);
+        control_latent(i, plan.item_bucket.at(i), encode);
+    }
     train_log().info("cached {} latents", items_.size());
 }
 

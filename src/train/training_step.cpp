@@ -164,11 +164,16 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     std::optional<PhaseTimer> phase(std::in_place, times_.data);
     const Device& device = parts_.device;
     std::vector<at::Tensor> latents;
+    std::vector<at::Tensor> controls;  // the items' control latents (Kontext), or none
     std::vector<at::Tensor> contexts;
     std::vector<at::Tensor> pooled;
     std::vector<std::size_t> slots;
     for (const data::StepSlot& slot : micro.slots) {
         latents.push_back(parts_.data.latent(slot.item, micro.bucket, parts_.encode_latent));
+        if (parts_.data.has_controls()) {
+            controls.push_back(
+                parts_.data.control_latent(slot.item, micro.bucket, parts_.encode_latent));
+        }
         const std::string caption = parts_.data.caption(slot, batches, seed_);
         const TextConditioning c =
             TextConditioning::from_named(parts_.data.conditioning(caption, parts_.encode_text),
@@ -187,6 +192,8 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     const at::Tensor extra =
         parts_.model.extra_conditioning(micro.bucket.height, micro.bucket.width, x0.size(0));
     if (extra.defined()) cond.extra = device.to_device(extra);
+    if (!controls.empty())
+        cond.control = device.to_device(at::stack(controls)).to(cond.context.scalar_type());
     const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
     if (graphed_plan != nullptr) {
         phase.emplace(times_.forward);  // forward and backward are one replay

@@ -28,7 +28,7 @@ TEST(ArchTable, OneRowPerArchInTheEnumsOrderAndNamesRoundTrip) {
 }
 
 TEST(ArchTable, AiToolkitArchsLoomDoesNotBuildAreKnownButHaveNoRow) {
-    for (const char* name : {"sd3", "chroma", "wan22_5b", "qwen_image", "zimage", "flux_kontext"}) {
+    for (const char* name : {"sd3", "chroma", "wan22_5b", "qwen_image", "zimage", "flex2"}) {
         EXPECT_TRUE(is_ai_toolkit_arch(name)) << name;
         EXPECT_FALSE(find_arch(name).has_value()) << name;
     }
@@ -56,17 +56,28 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_STREQ(wan22.lora_prefix, "diffusion_model");
     EXPECT_EQ(wan22.lora_module_names, LoRAModuleNames::kWanOriginal);
     EXPECT_EQ(arch_info(Arch::kWan21).lora_module_names, LoRAModuleNames::kDiffusers);
-    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21, wan22_14b");
+    // Kontext: Flux's family and LoRA layout, the one arch whose datasets pair control images.
+    const ArchInfo& kontext = arch_info(Arch::kFluxKontext);
+    EXPECT_EQ(kontext.family, FamilyKind::kFlux);
+    EXPECT_TRUE(kontext.control_images && kontext.trainable && kontext.flow_matching);
+    EXPECT_EQ(kontext.guidance, GuidanceKind::kDistilledEmbedding);
+    EXPECT_STREQ(kontext.lora_prefix, flux.lora_prefix);
+    for (const ArchInfo& row : arch_table()) {
+        EXPECT_EQ(row.control_images, row.arch == Arch::kFluxKontext) << row.name;
+    }
+    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext");
 }
 
 TEST(ArchTable, PipelineClassesMapToTheirArchs) {
     EXPECT_EQ(archs_of_pipeline("FluxPipeline"), std::vector<Arch>{Arch::kFlux});
+    EXPECT_EQ(archs_of_pipeline("FluxKontextPipeline"), std::vector<Arch>{Arch::kFluxKontext});
     // SD 1.x and 2.x share a pipeline class; the loader tells them apart by the text encoder.
     EXPECT_EQ(archs_of_pipeline("StableDiffusionPipeline"),
               (std::vector<Arch>{Arch::kSd1, Arch::kSd2}));
     EXPECT_TRUE(archs_of_pipeline("QwenImagePipeline").empty());
     EXPECT_EQ(pipeline_class_list(),
-              "StableDiffusionPipeline, StableDiffusionXLPipeline, FluxPipeline, WanPipeline");
+              "StableDiffusionPipeline, StableDiffusionXLPipeline, FluxPipeline, WanPipeline, "
+              "FluxKontextPipeline");
 }
 
 // The loader resolves model.arch once: Choices::arch is the row's Arch for an arch loom builds,

@@ -104,7 +104,7 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:7:15: config.process.0.device must be cpu, sim, cuda or cuda:N, got 'gpu0'"},
         {"arch_unknown", minimal_job_with("        arch: sd15\n"),
          "job.yaml:12:15: config.process.0.model.arch 'sd15' is not an ai-toolkit architecture "
-         "(loom trains sd1, sdxl, flux, wan21, wan22_14b)"},
+         "(loom trains sd1, sdxl, flux, wan21, wan22_14b, flux_kontext)"},
 
         // ---- missing required keys -----------------------------------------------------------
         {"missing_job", "config:\n  name: t\n",
@@ -185,6 +185,19 @@ std::vector<ErrorCase> error_cases() {
              "      train:\n        min_denoising_steps: 800\n        max_denoising_steps: 200\n"),
          "job.yaml:13:30: config.process.0.train.min_denoising_steps (800) must be <= "
          "max_denoising_steps (200)"},
+
+        // ---- control images (issue 40) --------------------------------------------------------
+        {"control_path_on_an_arch_without_controls",
+         replace(kMinimalJob, "        - folder_path: data\n",
+                 "        - folder_path: data\n          control_path: ctrl\n"),
+         "job.yaml:10:25: config.process.0.datasets.0.control_path pairs control images, which "
+         "only flux_kontext trains on; 'sd1' would leave them out: set model.arch: flux_kontext "
+         "for a Kontext model, or remove control_path"},
+        {"control_path_of_several_folders_on_kontext",
+         replace(minimal_job_with("        arch: flux_kontext\n"), "        - folder_path: data\n",
+                 "        - folder_path: data\n          control_path: [ctrl, ctrl2]\n"),
+         "job.yaml:10:25: config.process.0.datasets.0.control_path lists 2 folders; "
+         "'flux_kontext' edits from one control image per training image: keep one"},
 
         // ---- substitution --------------------------------------------------------------------
         {"env_unset", replace(kMinimalJob, "models/tiny", "${MODELS}/tiny"),

@@ -248,5 +248,64 @@ TEST(ScanDataset, ExtensionsAreCaseInsensitive) {
         EXPECT_TRUE(is_unsupported_image_name(other)) << other;
 }
 
+// Kontext's paired datasets (issue 40): each image pairs with the control image of its stem in
+// control_path, whatever the extension; a missing, doubled or broken pair stops the scan with an
+// error naming both files.
+TEST(ScanDataset, ControlPathPairsEachImageWithItsStem) {
+    TempDir dir;
+    write_file(dir / "data" / "a.png", png(16, 8, 1));
+    write_file(dir / "data" / "b.jpg", encode_jpeg(test::pattern_image(16, 16, 2)));
+    write_file(dir / "control" / "a.jpg", encode_jpeg(test::pattern_image(12, 6, 3)));
+    write_file(dir / "control" / "b.png", png(20, 20, 4));
+    config::DatasetConfig cfg = test::dataset_config(dir / "data");
+    cfg.control_path = {(dir / "control").string()};
+    const ScannedDataset d = scan_dataset(cfg);
+    ASSERT_EQ(d.images.size(), 2u);
+    ASSERT_TRUE(d.images[0].control && d.images[1].control);
+    EXPECT_EQ(d.images[0].control->path, dir / "control" / "a.jpg");
+    EXPECT_EQ(d.images[0].control->width, 12);
+    EXPECT_EQ(d.images[0].control->height, 6);
+    EXPECT_EQ(d.images[1].control->path, dir / "control" / "b.png");
+    EXPECT_FALSE(d.images[1].control->content_hash.empty());
+    EXPECT_NE(d.images[0].control->content_hash, d.images[1].control->content_hash);
+    // Without control_path nothing pairs.
+    EXPECT_FALSE(scan_dataset(test::dataset_config(dir / "data")).images[0].control);
+}
+
+TEST(ScanDataset, AMissingDoubledOrBrokenControlImageIsAnErrorNamingTheFiles) {
+    TempDir dir;
+    write_file(dir / "data" / "a.png", png(8, 8));
+    write_file(dir / "data" / "b.png", png(8, 8));
+    write_file(dir / "control" / "a.png", png(8, 8));
+    config::DatasetConfig cfg = test::dataset_config(dir / "data");
+    cfg.control_path = {(dir / "control").string()};
+    std::string e = dataset_error(cfg);
+    EXPECT_NE(e.find((dir / "data" / "b.png").string() + " has no control image in control_path " +
+                     (dir / "control").string()),
+              std::string::npos)
+        << e;
+
+    write_file(dir / "control" / "b.png", "not a png at all");
+    e = dataset_error(cfg);
+    EXPECT_NE(e.find("control image " + (dir / "control" / "b.png").string() + " of " +
+                     (dir / "data" / "b.png").string()),
+              std::string::npos)
+        << e;
+
+    write_file(dir / "control" / "b.png", png(8, 8));
+    write_file(dir / "control" / "b.jpg", encode_jpeg(test::pattern_image(8, 8)));
+    e = dataset_error(cfg);
+    EXPECT_NE(e.find("has 2 control images"), std::string::npos) << e;
+
+    fs::remove(dir / "control" / "b.jpg");
+    EXPECT_NO_THROW(scan_dataset(cfg));
+
+    cfg.control_path = {(dir / "nowhere").string()};
+    e = dataset_error(cfg);
+    EXPECT_NE(e.find("control_path " + (dir / "nowhere").string() + " does not exist"),
+              std::string::npos)
+        << e;
+}
+
 }  // namespace
 }  // namespace loom::data

@@ -69,7 +69,7 @@ def main(model_dir, lora_file):
                   + (f"; not loaded: {first(missing)}" if missing else "")
                   + (f"; not in the file: {first(extra)}" if extra else "")
                   + (f"; stray keys: {first(stray)}" if stray else ""))
-    if type(pipe).__name__ == "FluxPipeline":
+    if type(pipe).__name__ in ("FluxPipeline", "FluxKontextPipeline"):
         unmapped = [m for m in want if not comfy_maps(m)]
         checks.report(not unmapped, f"{what} every module in ComfyUI's Flux key map",
                       f"not mapped: {first(unmapped)}" if unmapped else f"{len(want)} modules")

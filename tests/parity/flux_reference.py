@@ -6,11 +6,15 @@ tokenizer it built. Writes under OUT:
   flux/          a FluxPipeline folder (dev: the transformer has a guidance embedding; the VAE has
                  16 latent channels, a shift_factor and no quant convs; Flux dev's scheduler config)
   flux_schnell/transformer/  the same transformer shape without the guidance embedding
+  flux_kontext/  a FluxKontextPipeline folder (issue 40): dev's shape, its own weights
   cases/flux_transformer.*, flux_schnell_transformer.*, flux_vae_encode.*, flux_vae_decode.*,
   flux_packing.* (latent packing and position ids as FluxPipeline does them)
   cases/flow_match.safetensors: flow-matching schedules, Euler steps and training timesteps
   cases/flux_prompts.*: FluxPipeline.encode_prompt of three prompts (the prompts in .json)
   cases/flux_pipeline.*: FluxPipeline's images for two seeded prompts (the settings in .json)
+  cases/flux_kontext_predict.*: ai-toolkit's Kontext prediction (control latents joined on the
+                 sequence, ids marked 1, the output trimmed to the target's tokens)
+  cases/flux_kontext_pipeline.*: FluxKontextPipeline's images for two prompts with control images
 Everything is float32 on the CPU.
 """
 import json
@@ -21,8 +25,8 @@ from safetensors.torch import save_file
 
 from reference_cases import save_case
 
-from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline,
-                       FluxTransformer2DModel)
+from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxKontextPipeline,
+                       FluxPipeline, FluxTransformer2DModel)
 
 LATENT_CHANNELS = 16
 PROMPT_TOKENS = 32  # max_sequence_length of the prompt case (512 for dev, 256 for schnell)
@@ -120,6 +124,62 @@ def build(out, cases, clip_encoder, clip_tokenizer, t5_encoder, t5_tokenizer):
     save_case(cases, "flux_pipeline", {}, {"images": images})
     with open(os.path.join(cases, "flux_pipeline.json"), "w") as f:
         json.dump({"prompts": prompts[:2], "seeds": seeds, "height": 16, "width": 24, "steps": 3,
+                   "guidance": 3.5, "max_sequence_length": PROMPT_TOKENS}, f)
+    build_kontext(out, cases, pipe, prompts[:2])
+
+
+def kontext_prediction(model, noisy, control, context, pooled, timesteps):
+    """ai-toolkit's FluxKontextModel.get_noise_prediction (extensions_built_in/
+    diffusion_models/flux_kontext/flux_kontext.py): both latents packed, the control after the
+    target on the sequence with its ids' first axis 1, guidance 1, the output trimmed to the
+    target's tokens and unpacked."""
+    b, c, h, w = noisy.shape
+    packed = FluxPipeline._pack_latents(noisy, b, c, h, w)
+    packed_control = FluxPipeline._pack_latents(control, b, c, control.shape[2], control.shape[3])
+    img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, "cpu", torch.float32)
+    ctrl_ids = FluxPipeline._prepare_latent_image_ids(b, control.shape[2] // 2,
+                                                      control.shape[3] // 2, "cpu", torch.float32)
+    ctrl_ids[..., 0] = 1
+    out = model(hidden_states=torch.cat([packed, packed_control], dim=1),
+                encoder_hidden_states=context, pooled_projections=pooled,
+                timestep=timesteps / 1000, img_ids=torch.cat([img_ids, ctrl_ids], dim=0),
+                txt_ids=torch.zeros(context.shape[1], 3), guidance=torch.ones(b)).sample
+    out = out[:, :packed.shape[1]]
+    return out.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+
+
+@torch.no_grad()
+def build_kontext(out, cases, flux, prompts):
+    kontext = FluxKontextPipeline(scheduler=scheduler(), vae=flux.vae,
+                                  text_encoder=flux.text_encoder, tokenizer=flux.tokenizer,
+                                  text_encoder_2=flux.text_encoder_2, tokenizer_2=flux.tokenizer_2,
+                                  transformer=transformer(guidance=True, seed=32))
+    kontext.save_pretrained(os.path.join(out, "flux_kontext"), safe_serialization=True)
+
+    g = torch.Generator().manual_seed(40)
+    noisy = torch.randn(2, LATENT_CHANNELS, 8, 12, generator=g)
+    control = torch.randn(2, LATENT_CHANNELS, 8, 12, generator=g)
+    text = torch.randn(2, 7, 32, generator=g)
+    pooled = torch.randn(2, 32, generator=g)
+    timesteps = torch.tensor([300.0, 950.0])
+    inputs = {"noisy": noisy, "control": control, "context": text, "pooled": pooled,
+              "timesteps": timesteps}
+    save_case(cases, "flux_kontext_predict", inputs,
+              {"prediction": kontext_prediction(kontext.transformer, **inputs)})
+
+    # The pipeline with a control image per prompt at the output size ([0, 1] pixels, which the
+    # image processor maps to [-1, 1]); _auto_resize off so the control keeps that size, and
+    # max_area that size's area, else the pipeline rescales the output to a megapixel.
+    seeds = [8, 9]
+    controls = torch.rand(2, 3, 16, 24, generator=g)
+    images = kontext(image=controls, prompt=prompts, height=16, width=24, num_inference_steps=3,
+                     guidance_scale=3.5, max_sequence_length=PROMPT_TOKENS, output_type="pt",
+                     _auto_resize=False, max_area=16 * 24,
+                     generator=[torch.Generator().manual_seed(s) for s in seeds]).images
+    assert images.shape == (2, 3, 16, 24), images.shape
+    save_case(cases, "flux_kontext_pipeline", {"controls": controls}, {"images": images})
+    with open(os.path.join(cases, "flux_kontext_pipeline.json"), "w") as f:
+        json.dump({"prompts": prompts, "seeds": seeds, "height": 16, "width": 24, "steps": 3,
                    "guidance": 3.5, "max_sequence_length": PROMPT_TOKENS}, f)
 
 

@@ -18,7 +18,7 @@
 namespace loom::config {
 
 // The archs loom builds (loads, and trains where the row says so).
-enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b };
+enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b, kFluxKontext };
 
 // The family implementation an arch is trained through (model/family.h).
 enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22 };
@@ -57,6 +57,9 @@ struct ArchInfo {
     // "transformer.<path>.lora_A", Wan 2.2's "diffusion_model.<path>.lora_A").
     const char* lora_prefix;
     LoRAModuleNames lora_module_names;
+    // Datasets pair each image with a control image (datasets[].control_path) and previews take
+    // one (a prompt's --ctrl_img): Flux.1 Kontext edits the control into the target.
+    bool control_images = false;
 };
 
 // "Stable Diffusion", "Flux", "Wan", "Wan 2.2": for messages that speak of the family.

@@ -42,8 +42,14 @@ struct DatasetConfig {
     int fps = 24;
     bool auto_frame_count = false;
     bool trim_auto_frame_count_tail = true;
+    // Paired control images (an arch with control_images: Kontext): the image of the same stem
+    // in this folder is what each training image was edited from. Captions stay beside the
+    // training images. ai-toolkit takes a folder or a list of them (Qwen-Image-Edit-2509 pairs
+    // several); Kontext takes one.
+    std::vector<std::string> control_path;
 
     bool is_video() const { return num_frames > 1 || auto_frame_count; }
+    bool has_controls() const { return !control_path.empty(); }
 
     template <class V>
     static void fields(V& v) {
@@ -72,6 +78,7 @@ struct DatasetConfig {
         v("fps", &DatasetConfig::fps, AtLeast{1});
         v("auto_frame_count", &DatasetConfig::auto_frame_count);
         v("trim_auto_frame_count_tail", &DatasetConfig::trim_auto_frame_count_tail);
+        v("control_path", &DatasetConfig::control_path);
         v.not_yet({"dataset_path",
                    "caption_type",
                    "random_triggers",
@@ -92,7 +99,6 @@ struct DatasetConfig {
                    "do_audio",
                    "audio_normalize",
                    "audio_preserve_pitch",
-                   "control_path",
                    "control_path_1",
                    "control_path_2",
                    "control_path_3",

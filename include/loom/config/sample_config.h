@@ -26,6 +26,7 @@ struct SampleItem {
     std::optional<double> network_multiplier;
     std::optional<int> num_frames;
     std::optional<int> fps;
+    std::optional<std::string> ctrl_img;  // the control image a Kontext preview edits
 
     template <class V>
     static void fields(V& v) {
@@ -39,8 +40,8 @@ struct SampleItem {
         v("network_multiplier", &SampleItem::network_multiplier);
         v("num_frames", &SampleItem::num_frames, AtLeast{1});
         v("fps", &SampleItem::fps, AtLeast{1});
-        v.not_yet(
-            {"ctrl_img", "ctrl_idx", "ctrl_img_1", "ctrl_img_2", "ctrl_img_3", "do_cfg_norm"});
+        v("ctrl_img", &SampleItem::ctrl_img);
+        v.not_yet({"ctrl_idx", "ctrl_img_1", "ctrl_img_2", "ctrl_img_3", "do_cfg_norm"});
     }
 };
 

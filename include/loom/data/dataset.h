@@ -17,6 +17,12 @@
 // truncated or unreadable clip is found here, and hashed like an image. Its images train as
 // one-frame clips, as in ai-toolkit.
 //
+// Paired control images (control_path, for Kontext): each image's pair is the file of the same
+// stem (any of the image extensions) directly in control_path, read, decoded and hashed like the
+// image. A missing pair, two candidates for one stem, an unreadable or corrupt control image, or
+// control_path on a video dataset throws DatasetError naming the files: a pair cannot be
+// dropped silently, as the target without its source teaches the wrong edit.
+//
 // Every file that cannot be used is skipped with exactly one warning naming it (logger "data",
 // and ScanOptions::on_warning): an empty file, an unreadable one, a truncated or corrupt image
 // or clip, a clip without frames or when loom was built without FFmpeg, an image in a format
@@ -28,6 +34,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +70,9 @@ struct ImageRecord {
     ImageFormat format = ImageFormat::kUnknown;  // kUnknown for a clip
     std::string content_hash;        // SHA-256 of the file's bytes, 64 lowercase hex digits
     std::optional<VideoInfo> video;  // a clip: its decoded frame count and frame rate
+    // Its control image (datasets[].control_path: the file of the same stem there), read and
+    // hashed like the image; null without control_path.
+    std::shared_ptr<const ImageRecord> control;
 
     bool is_clip() const { return video.has_value(); }
 };

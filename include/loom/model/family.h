@@ -44,6 +44,9 @@ struct StepConditioning {
     at::Tensor context;  // [B, tokens, width]
     at::Tensor pooled;   // [B, width], or undefined for a family without one (SD 1.x)
     at::Tensor extra;    // family-specific, made by extra_conditioning (SDXL's size ids)
+    // The clean latents of the items' control images, [B, C, H, W] like the noisy ones, for a
+    // family of an arch with control_images (Kontext); undefined otherwise.
+    at::Tensor control;
 };
 
 // The training timesteps of one expert of a denoiser made of several (Wan 2.2 14B: the

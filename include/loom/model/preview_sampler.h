@@ -26,6 +26,9 @@ struct PreviewRequest {
     int64_t steps = 20;
     double guidance_scale = 7.0;
     int64_t frames = 1;  // a video family's clip length (image families make one image)
+    // The control image ([3, height, width] float32 in [-1, 1], at the request's size) a family
+    // of an arch with control_images edits (a prompt's --ctrl_img); undefined: none.
+    at::Tensor control;
 };
 
 struct PreviewOptions {

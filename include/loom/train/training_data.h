@@ -82,8 +82,16 @@ class TrainingData {
         std::function<at::Tensor(const TrainingItem& item, const at::Tensor& image)>;
     // The latent of item `index` at `bucket`, from the cache or through `encode`.
     at::Tensor latent(std::size_t index, data::BucketSize bucket, const LatentEncode& encode);
-    // Every item's latent at its bucket (the cache phase). After an OOM, the retry skips what is
-    // already cached.
+    // The latent of item `index`'s control image (datasets[].control_path) fitted to the item's
+    // bucket and flipped as the item is, from the cache or through `encode`; undefined for an
+    // item without one. The bucket rung shrinks it with its target.
+    at::Tensor control_latent(std::size_t index, data::BucketSize bucket,
+                              const LatentEncode& encode);
+    // Whether the items pair with control images: all do, or none (the constructor refuses a
+    // mix, which could not share a batch).
+    bool has_controls() const { return has_controls_; }
+    // Every item's latent (and control latent) at its bucket (the cache phase). After an OOM,
+    // the retry skips what is already cached.
     void cache_all_latents(const LatentEncode& encode);
     // Every caption a step can draw (each item's caption, and "" under caption dropout) encoded
     // into the text cache (the cache phase), so that the encoders stay idle once training starts:
@@ -116,6 +124,7 @@ class TrainingData {
     bool cache_latents_ = false;
     bool cache_disk_latents_ = false;
     bool cache_text_ = false;
+    bool has_controls_ = false;
     std::string cache_identity_;
     std::filesystem::path run_root_;
 };

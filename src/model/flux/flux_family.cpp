@@ -74,16 +74,27 @@ at::Tensor FluxFamily::predict(const at::Tensor& noisy, const at::Tensor& timest
     const auto on_device = at::TensorOptions().device(noisy.device());
     FluxInputs in;
     in.hidden_states = flux_pack_latents(noisy);
+    const int64_t target_tokens = in.hidden_states.size(1);
     in.encoder_hidden_states = c.context;
     in.pooled_projections = c.pooled;
     // The transformer takes sigma (t / 1000) and scales it back inside, as ai-toolkit passes it.
     in.timestep = timesteps.to(at::kFloat) / 1000;
     in.img_ids = flux_image_ids(height, width, on_device);
+    if (c.control.defined()) {
+        // Kontext: the clean control latents follow the noisy target on the sequence, their ids
+        // marked 1 on the first axis; only the target's tokens are predicted (and so carry the
+        // loss), as ai-toolkit's flux_kontext trims the output.
+        in.hidden_states =
+            at::cat({in.hidden_states, flux_pack_latents(c.control.to(noisy.scalar_type()))}, 1);
+        in.img_ids = at::cat(
+            {in.img_ids, flux_control_ids(c.control.size(2), c.control.size(3), on_device)});
+    }
     in.txt_ids = flux_text_ids(c.context.size(1), on_device);
     if (model_.guidance_distilled()) {
         in.guidance = at::full({batch}, kTrainingGuidance, on_device.dtype(at::kFloat));
     }
-    return flux_unpack_latents(model_.transformer->forward(in), height, width);
+    const at::Tensor out = model_.transformer->forward(in);
+    return flux_unpack_latents(out.narrow(1, 0, target_tokens), height, width);
 }
 
 std::vector<at::Tensor> FluxFamily::sample(const std::vector<PreviewRequest>& requests,

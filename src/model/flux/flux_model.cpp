@@ -9,8 +9,11 @@
 
 namespace loom {
 
+// Kontext is Flux.1 dev fine-tuned on (target, control) pairs: the same folder layout and the
+// same transformer, its control latents joined on the sequence at predict time.
 bool is_flux_pipeline(const DiffusersFolder& folder) {
-    return folder.pipeline_class == "FluxPipeline";
+    return folder.pipeline_class == "FluxPipeline" ||
+           folder.pipeline_class == "FluxKontextPipeline";
 }
 
 FluxTransformer2DModel load_flux_transformer(const DiffusersFolder& folder, at::ScalarType dtype) {
@@ -27,7 +30,7 @@ FluxModel load_flux(const std::filesystem::path& root, const FluxLoadOptions& o)
     const std::filesystem::path index = root / "model_index.json";
     if (!is_flux_pipeline(flux.folder)) {
         throw FormatError(index.string(), "pipeline class '" + flux.folder.pipeline_class +
-                                              "' is not FluxPipeline");
+                                              "' is neither FluxPipeline nor FluxKontextPipeline");
     }
     std::vector<std::string> needed = {"transformer", "scheduler"};
     if (o.load_vae) needed.push_back("vae");

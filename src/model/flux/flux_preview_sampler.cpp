@@ -10,7 +10,7 @@ namespace loom {
 
 at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts,
                        const at::Tensor& noise, int64_t steps, double guidance,
-                       std::size_t max_sequence_length) {
+                       std::size_t max_sequence_length, const at::Tensor& control) {
     if (!model.vae || !model.text_encoder || !model.text_encoder_2) {
         throw Error("Flux sampling needs the VAE and both text encoders loaded");
     }
@@ -33,14 +33,30 @@ at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts
     if (model.guidance_distilled()) {
         in.guidance = at::full({batch}, guidance, at::TensorOptions().device(device));
     }
-    const FlowMatchEulerSampler sampler(model.scheduler, steps, latents.size(1));
+    const VAEConfig& vc = model.vae->config();
+    at::Tensor control_tokens;
+    if (control.defined()) {
+        // Kontext: the control image's latents (the distribution's mode, scaled as training
+        // latents are) join every step's sequence after the target's, ids marked 1.
+        const at::ScalarType vae_dtype = model.vae->parameters().front().scalar_type();
+        const at::Tensor z = model.vae->encode(control.to(device).to(vae_dtype)).mean;
+        control_tokens = flux_pack_latents(scaled_latents(vc, z.to(at::kFloat))).to(dtype);
+        in.img_ids = at::cat({in.img_ids, flux_control_ids(z.size(2), z.size(3),
+                                                           at::TensorOptions().device(device))});
+    }
+    const int64_t target_tokens = latents.size(1);
+    // The shift follows the target's token count only, as FluxKontextPipeline computes it.
+    const FlowMatchEulerSampler sampler(model.scheduler, steps, target_tokens);
     for (int64_t i = 0; i < sampler.steps(); ++i) {
         // The pipeline passes timestep / 1000, rounding as float32 does.
         in.timestep = (sampler.timesteps()[i].expand({batch}) / 1000).to(device);
         in.hidden_states = latents.to(dtype);
-        latents = sampler.step(transformer.forward(in).to(at::kFloat), i, latents);
+        if (control_tokens.defined()) {
+            in.hidden_states = at::cat({in.hidden_states, control_tokens}, 1);
+        }
+        const at::Tensor velocity = transformer.forward(in).narrow(1, 0, target_tokens);
+        latents = sampler.step(velocity.to(at::kFloat), i, latents);
     }
-    const VAEConfig& vc = model.vae->config();
     at::Tensor z = flux_unpack_latents(latents, height, width) / vc.scaling_factor;
     if (vc.shift_factor) z = z + *vc.shift_factor;
     return model.vae->decode(z.to(model.vae->parameters().front().scalar_type())).to(at::kFloat);
@@ -64,13 +80,17 @@ std::vector<at::Tensor> generate_flux_previews(FluxModel& model,
         const PreviewRequest& first = requests[group.front()];
         std::vector<std::string> prompts;
         std::vector<at::Tensor> noise;
+        std::vector<at::Tensor> controls;
         for (std::size_t i : group) {
             prompts.push_back(requests[i].prompt);
             noise.push_back(
                 flux_initial_noise(model, requests[i].seed, requests[i].width, requests[i].height));
+            if (requests[i].control.defined()) controls.push_back(requests[i].control);
         }
+        // preview_groups never mixes requests with and without a control image.
+        const at::Tensor control = controls.empty() ? at::Tensor() : at::stack(controls);
         const auto out = to_rgb8(flux_sample(model, prompts, at::cat(noise).to(device), first.steps,
-                                             first.guidance_scale, max_sequence_length));
+                                             first.guidance_scale, max_sequence_length, control));
         for (std::size_t k = 0; k < group.size(); ++k) images[group[k]] = out[k];
     }
     return images;

@@ -286,6 +286,12 @@ at::Tensor flux_image_ids(int64_t height, int64_t width, const at::TensorOptions
     return ids.reshape({rows * cols, 3});
 }
 
+at::Tensor flux_control_ids(int64_t height, int64_t width, const at::TensorOptions& options) {
+    at::Tensor ids = flux_image_ids(height, width, options);
+    ids.select(1, 0).fill_(1);
+    return ids;
+}
+
 at::Tensor flux_text_ids(int64_t tokens, const at::TensorOptions& options) {
     return at::zeros({tokens, 3}, options);
 }

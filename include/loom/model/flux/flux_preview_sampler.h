@@ -7,6 +7,7 @@
 // torch.Generator().manual_seed(seed), so loom and diffusers give the same image for a seed.
 //
 // ref: diffusers pipelines/flux/pipeline_flux.py::FluxPipeline.__call__
+//      diffusers pipelines/flux/pipeline_flux_kontext.py::FluxKontextPipeline.__call__
 
 #include <ATen/core/Tensor.h>
 
@@ -21,10 +22,12 @@ namespace loom {
 
 // Denoises `noise` ([B, 16, h, w] latents, float32) for `prompts` in `steps` steps and decodes
 // it: images [B, 3, 8h, 8w] (the VAE's factor) in about [-1, 1]. `guidance` is the distilled
-// guidance scale (ignored by schnell); T5 reads `max_sequence_length` tokens.
+// guidance scale (ignored by schnell); T5 reads `max_sequence_length` tokens. `control`, when
+// defined, is Kontext's control image per prompt ([B, 3, H, W] in [-1, 1]), encoded and joined
+// on the sequence as FluxKontextPipeline does.
 at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts,
                        const at::Tensor& noise, int64_t steps, double guidance,
-                       std::size_t max_sequence_length);
+                       std::size_t max_sequence_length, const at::Tensor& control = {});
 
 // The latent noise of a width x height image from `seed`: [1, 16, h, w] float32 on the CPU, h
 // and w as the pipeline rounds them (2 * (pixels / (2 * vae factor))).

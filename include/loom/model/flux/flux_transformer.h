@@ -164,6 +164,9 @@ at::Tensor flux_pack_latents(const at::Tensor& latents);
 at::Tensor flux_unpack_latents(const at::Tensor& packed, int64_t height, int64_t width);
 // [(H/2)(W/2), 3] ids (0, row, column) of packed latents, FluxPipeline._prepare_latent_image_ids.
 at::Tensor flux_image_ids(int64_t height, int64_t width, const at::TensorOptions& options);
+// Kontext's control tokens: flux_image_ids with the first axis 1, so attention tells the
+// control's patches from the target's at the same position (FluxKontextPipeline.prepare_latents).
+at::Tensor flux_control_ids(int64_t height, int64_t width, const at::TensorOptions& options);
 // [T, 3] zeros: the text tokens' ids.
 at::Tensor flux_text_ids(int64_t tokens, const at::TensorOptions& options);
 
