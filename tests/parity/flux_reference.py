@@ -15,6 +15,10 @@ tokenizer it built. Writes under OUT:
   cases/flux_kontext_predict.*: ai-toolkit's Kontext prediction (control latents joined on the
                  sequence, ids marked 1, the output trimmed to the target's tokens)
   cases/flux_kontext_pipeline.*: FluxKontextPipeline's images for two prompts with control images
+  chroma/transformer/  a ChromaTransformer2DModel (issue 40): Flux's blocks without their
+                 modulation Linears, fed by the distilled-guidance approximator
+  cases/chroma_transformer.*: its prediction with ChromaPipeline's attention mask (T5's tokens
+                 up to the first padding one, every image token)
 Everything is float32 on the CPU.
 """
 import json
@@ -25,8 +29,8 @@ from safetensors.torch import save_file
 
 from reference_cases import save_case
 
-from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxKontextPipeline,
-                       FluxPipeline, FluxTransformer2DModel)
+from diffusers import (AutoencoderKL, ChromaTransformer2DModel, FlowMatchEulerDiscreteScheduler,
+                       FluxKontextPipeline, FluxPipeline, FluxTransformer2DModel)
 
 LATENT_CHANNELS = 16
 PROMPT_TOKENS = 32  # max_sequence_length of the prompt case (512 for dev, 256 for schnell)
@@ -126,6 +130,40 @@ def build(out, cases, clip_encoder, clip_tokenizer, t5_encoder, t5_tokenizer):
         json.dump({"prompts": prompts[:2], "seeds": seeds, "height": 16, "width": 24, "steps": 3,
                    "guidance": 3.5, "max_sequence_length": PROMPT_TOKENS}, f)
     build_kontext(out, cases, pipe, prompts[:2])
+    build_chroma_transformer(out, cases)
+
+
+def chroma_mask(lengths, tokens, image_tokens):
+    """ChromaPipeline's attention mask: T5's tokens up to and including the first padding one
+    (_get_t5_prompt_embeds), then every image token (_prepare_attention_mask), as float32: the
+    pipeline's dtype, which the transformer's attention adds to its scores."""
+    index = torch.arange(tokens).unsqueeze(0)
+    text = (index <= torch.tensor(lengths).unsqueeze(1)).to(torch.float32)
+    return torch.cat([text, torch.ones(len(lengths), image_tokens)], dim=1)
+
+
+@torch.no_grad()
+def build_chroma_transformer(out, cases):
+    torch.manual_seed(33)
+    model = ChromaTransformer2DModel(patch_size=1, in_channels=4 * LATENT_CHANNELS, num_layers=2,
+                                     num_single_layers=2, attention_head_dim=16,
+                                     num_attention_heads=2, joint_attention_dim=32,
+                                     axes_dims_rope=(4, 6, 6), approximator_num_channels=64,
+                                     approximator_hidden_dim=48, approximator_layers=2).eval()
+    for p in model.parameters():
+        p.mul_(2.0)
+    model.save_pretrained(os.path.join(out, "chroma", "transformer"), safe_serialization=True)
+
+    g = torch.Generator().manual_seed(41)
+    h, w, tokens = 8, 12, 9
+    hidden = torch.randn(2, (h // 2) * (w // 2), 4 * LATENT_CHANNELS, generator=g)
+    context = torch.randn(2, tokens, 32, generator=g)
+    img_ids = FluxPipeline._prepare_latent_image_ids(2, h // 2, w // 2, "cpu", torch.float32)
+    mask = chroma_mask([3, 6], tokens, hidden.shape[1])
+    inputs = {"hidden_states": hidden, "encoder_hidden_states": context,
+              "timestep": torch.tensor([0.3, 0.95]), "img_ids": img_ids,
+              "txt_ids": torch.zeros(tokens, 3), "attention_mask": mask}
+    save_case(cases, "chroma_transformer", inputs, {"sample": model(**inputs).sample})
 
 
 def kontext_prediction(model, noisy, control, context, pooled, timesteps):

@@ -65,6 +65,7 @@ MODEL_FAMILIES = {
     "flux": [],
     "wan": [],
     "wan22": ["wan"],  # Wan 2.2 14B: two Wan 2.1 transformers over its VAE and UMT5
+    "chroma": ["flux"],  # Chroma: Flux's blocks without their modulation Linears
 }
 
 # The only layers whose code may name HostScope.

@@ -81,12 +81,15 @@ FluxRope flux_rope(const at::Tensor& ids, const std::vector<int64_t>& axes_dim, 
     return {at::cat(cos, -1), at::cat(sin, -1)};
 }
 
-FluxTransformerBlockImpl::FluxTransformerBlockImpl(const FluxConfig& c) {
+FluxTransformerBlockImpl::FluxTransformerBlockImpl(const FluxConfig& c, bool modulation_linears) {
     const int64_t dim = c.inner_dim();
-    auto norm1 = register_module("norm1", std::make_shared<torch::nn::Module>());
-    norm1_linear = norm1->register_module("linear", Linear(dim, 6 * dim));
-    auto norm1_context = register_module("norm1_context", std::make_shared<torch::nn::Module>());
-    norm1_context_linear = norm1_context->register_module("linear", Linear(dim, 6 * dim));
+    if (modulation_linears) {
+        auto norm1 = register_module("norm1", std::make_shared<torch::nn::Module>());
+        norm1_linear = norm1->register_module("linear", Linear(dim, 6 * dim));
+        auto norm1_context =
+            register_module("norm1_context", std::make_shared<torch::nn::Module>());
+        norm1_context_linear = norm1_context->register_module("linear", Linear(dim, 6 * dim));
+    }
     auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
     image_qkv_ = FluxQKV(*attn, dim, c.attention_head_dim, FluxQKV::kImage);
     auto out = attn->register_module("to_out", torch::nn::ModuleList());
@@ -115,16 +118,22 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(const at::Te
                                                                     const FluxRope& rope) {
     const at::Tensor silu = at::silu(temb);
     // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
-    const auto m = norm1_linear(silu).chunk(6, 1);
-    const auto c = norm1_context_linear(silu).chunk(6, 1);
+    return forward_modulated(hidden, context, norm1_linear(silu).chunk(6, 1),
+                             norm1_context_linear(silu).chunk(6, 1), rope, at::Tensor());
+}
+
+std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward_modulated(
+    const at::Tensor& hidden, const at::Tensor& context, const FluxModulation& m,
+    const FluxModulation& c, const FluxRope& rope, const at::Tensor& bias) {
     const at::Tensor x = modulate(layer_norm(hidden), m[0], m[1]);
     const at::Tensor cx = modulate(layer_norm(context), c[0], c[1]);
 
     // One attention over the joint sequence: text first, then image.
     const auto [tq, tk, tv] = text_qkv_(cx);
     const auto [iq, ik, iv] = image_qkv_(x);
-    const at::Tensor joint = attend(apply_rope(at::cat({tq, iq}, 1), rope),
-                                    apply_rope(at::cat({tk, ik}, 1), rope), at::cat({tv, iv}, 1));
+    const at::Tensor joint =
+        attend(apply_rope(at::cat({tq, iq}, 1), rope), apply_rope(at::cat({tk, ik}, 1), rope),
+               at::cat({tv, iv}, 1), bias);
     const int64_t text = context.size(1);
     const at::Tensor context_attn = to_add_out(joint.narrow(1, 0, text).contiguous());
     const at::Tensor attn = to_out(joint.narrow(1, text, joint.size(1) - text).contiguous());
@@ -138,11 +147,14 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(const at::Te
     return {ctx, h};
 }
 
-FluxSingleTransformerBlockImpl::FluxSingleTransformerBlockImpl(const FluxConfig& c) {
+FluxSingleTransformerBlockImpl::FluxSingleTransformerBlockImpl(const FluxConfig& c,
+                                                               bool modulation_linears) {
     const int64_t dim = c.inner_dim();
     const int64_t mlp = 4 * dim;
-    auto norm = register_module("norm", std::make_shared<torch::nn::Module>());
-    norm_linear = norm->register_module("linear", Linear(dim, 3 * dim));
+    if (modulation_linears) {
+        auto norm = register_module("norm", std::make_shared<torch::nn::Module>());
+        norm_linear = norm->register_module("linear", Linear(dim, 3 * dim));
+    }
     proj_mlp = register_module("proj_mlp", Linear(dim, mlp));
     proj_out = register_module("proj_out", Linear(dim + mlp, dim));
     auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
@@ -151,11 +163,18 @@ FluxSingleTransformerBlockImpl::FluxSingleTransformerBlockImpl(const FluxConfig&
 
 at::Tensor FluxSingleTransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& temb,
                                                    const FluxRope& rope) {
-    const auto m = norm_linear(at::silu(temb)).chunk(3, 1);  // shift, scale, gate
+    // shift, scale, gate
+    return forward_modulated(x, norm_linear(at::silu(temb)).chunk(3, 1), rope, at::Tensor());
+}
+
+at::Tensor FluxSingleTransformerBlockImpl::forward_modulated(const at::Tensor& x,
+                                                             const FluxModulation& m,
+                                                             const FluxRope& rope,
+                                                             const at::Tensor& bias) {
     const at::Tensor h = modulate(layer_norm(x), m[0], m[1]);
     const at::Tensor mlp = at::gelu(proj_mlp(h), "tanh");
     const auto [q, k, v] = qkv_(h);
-    const at::Tensor attn = attend(apply_rope(q, rope), apply_rope(k, rope), v);
+    const at::Tensor attn = attend(apply_rope(q, rope), apply_rope(k, rope), v, bias);
     return gated(x, m[2], proj_out(at::cat({attn, mlp}, 2)));
 }
 

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <optional>
+
 namespace loom::dit {
 
 namespace {
@@ -56,8 +58,15 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 }
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    const at::Tensor out =
-        at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+    return attend(q, k, v, at::Tensor());
+}
+
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& bias) {
+    const std::optional<at::Tensor> mask =
+        bias.defined() ? std::optional<at::Tensor>(bias.to(q.scalar_type())) : std::nullopt;
+    const at::Tensor out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                            v.transpose(1, 2), mask);
     return out.transpose(1, 2).flatten(2, 3).to(q.scalar_type());
 }
 

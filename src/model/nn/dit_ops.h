@@ -29,5 +29,9 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // Scaled dot-product attention over [B, S, H, D] queries and [B, S', H, D] keys and values,
 // back to [B, S, H*D] in the queries' dtype.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// The same with `bias` added to the scores before the softmax: [B or 1, 1 or H, S, S'] floating
+// point (undefined: none). A float mask is a bias, as torch's SDPA (and diffusers) read one.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& bias);
 
 }  // namespace loom::dit

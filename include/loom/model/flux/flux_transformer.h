@@ -90,12 +90,23 @@ struct FluxRope {
 // float64 as the reference does, interleaved, concatenated over the axes.
 FluxRope flux_rope(const at::Tensor& ids, const std::vector<int64_t>& axes_dim, double theta);
 
+// A block's adaLN-Zero vectors, each [B, inner]: shift, scale, gate (and for a double-stream
+// block's stream, shift, scale, gate of its feed-forward after them).
+using FluxModulation = std::vector<at::Tensor>;
+
 class FluxTransformerBlockImpl : public torch::nn::Module {
   public:
-    explicit FluxTransformerBlockImpl(const FluxConfig& config);
+    // `modulation_linears`: Flux's own norm1.linear / norm1_context.linear from the timestep
+    // embedding; without them (Chroma's pruned blocks) the caller hands the vectors in.
+    explicit FluxTransformerBlockImpl(const FluxConfig& config, bool modulation_linears = true);
     // Returns {context, hidden}: the text and image streams after the block.
     std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& hidden, const at::Tensor& context,
                                               const at::Tensor& temb, const FluxRope& rope);
+    // The block with its six image and six text vectors given; `bias` is added to the joint
+    // attention's scores ([B, 1, T + S, T + S], or undefined).
+    std::pair<at::Tensor, at::Tensor> forward_modulated(
+        const at::Tensor& hidden, const at::Tensor& context, const FluxModulation& image,
+        const FluxModulation& text, const FluxRope& rope, const at::Tensor& bias);
 
   private:
     Linear norm1_linear{nullptr}, norm1_context_linear{nullptr};
@@ -107,9 +118,13 @@ TORCH_MODULE(FluxTransformerBlock);
 
 class FluxSingleTransformerBlockImpl : public torch::nn::Module {
   public:
-    explicit FluxSingleTransformerBlockImpl(const FluxConfig& config);
+    explicit FluxSingleTransformerBlockImpl(const FluxConfig& config,
+                                            bool modulation_linears = true);
     // x: the joint sequence [B, T + S, inner] (text first).
     at::Tensor forward(const at::Tensor& x, const at::Tensor& temb, const FluxRope& rope);
+    // With its three vectors given and `bias` added to the attention's scores (or undefined).
+    at::Tensor forward_modulated(const at::Tensor& x, const FluxModulation& modulation,
+                                 const FluxRope& rope, const at::Tensor& bias);
 
   private:
     Linear norm_linear{nullptr};
