@@ -101,9 +101,7 @@ PreviewOptions preview_options(const cxxopts::ParseResult& parsed, const config:
 at::Tensor control_image(const cxxopts::ParseResult& parsed, int64_t width, int64_t height) {
     const std::string path = parsed["control"].as<std::string>();
     try {
-        return data::fitted_tensor(data::read_image(path),
-                                   {static_cast<int>(width), static_cast<int>(height)}, false,
-                                   false);
+        return data::read_fitted_image(path, {static_cast<int>(width), static_cast<int>(height)});
     } catch (const Error& e) {
         throw UsageError("loom sample: --control " + path + " cannot be used (" + e.what() +
                          "); give a readable PNG, JPEG or WebP");

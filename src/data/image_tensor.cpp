@@ -44,6 +44,10 @@ at::Tensor fitted_tensor(const Image& image, BucketSize bucket, bool flip_x, boo
     return image_to_tensor(flip_image(fitted, flip_x, flip_y));
 }
 
+at::Tensor read_fitted_image(const std::filesystem::path& path, BucketSize size) {
+    return fitted_tensor(read_image(path), size, false, false);
+}
+
 at::Tensor fitted_clip_tensor(const std::vector<Image>& frames, BucketSize bucket, bool flip_x,
                               bool flip_y) {
     TORCH_CHECK(!frames.empty(), "fitted_clip_tensor: a clip needs at least one frame");

@@ -65,9 +65,7 @@ class SamplingMode {
 at::Tensor control_tensor(const std::string& path, std::size_t prompt, int64_t width,
                           int64_t height) {
     try {
-        return data::fitted_tensor(data::read_image(path),
-                                   {static_cast<int>(width), static_cast<int>(height)}, false,
-                                   false);
+        return data::read_fitted_image(path, {static_cast<int>(width), static_cast<int>(height)});
     } catch (const Error& e) {
         throw ConfigError("", "sample.prompts",
                           "sample prompt " + std::to_string(prompt + 1) + ": its control image " +
@@ -136,7 +134,7 @@ std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& proces
             logger("train").warn(
                 "sample prompt {}: --ctrl_img is not used: '{}' previews take "
                 "no control image",
-                i + 1, config::to_string(*process.choices.arch));
+                i + 1, process.model.arch.value_or("this model"));
         }
         requests.push_back(r);
     }

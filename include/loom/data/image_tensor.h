@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <vector>
 
 #include "loom/data/bucket.h"
@@ -24,6 +25,9 @@ Image tensor_to_image(const at::Tensor& tensor);
 
 // An image fitted to `bucket` (scale + centre crop) and flipped as asked, as image_to_tensor.
 at::Tensor fitted_tensor(const Image& image, BucketSize bucket, bool flip_x, bool flip_y);
+// The image file at `path` fitted to `size`, unflipped: a control image a preview or `loom
+// sample` edits. Throws what read_image throws.
+at::Tensor read_fitted_image(const std::filesystem::path& path, BucketSize size);
 // A clip's frames each fitted and flipped so: [3, F, H, W] for several frames, [3, H, W] (an
 // image's shape) for one.
 at::Tensor fitted_clip_tensor(const std::vector<Image>& frames, BucketSize bucket, bool flip_x,
