@@ -22,7 +22,6 @@ constexpr const char* kOtherAiToolkitArchs[] = {
     "wan22_14b_i2v",
     "wan22_5b",
     "cogview4",
-    "chroma",
     "chroma_radiance",
     "hidream",
     "hidream_e1",
@@ -74,6 +73,8 @@ const std::vector<ArchInfo>& arch_table() {
         {Arch::kWan22_14b, "wan22_14b", "Wan 2.2 14B",      F::kWan22,           "WanPipeline",               true,  true,  16,    false, G::kClassifierFree,     5.0, true,  "wan_2.2_14b",     "networks.lora_wan",   "diffusion_model", N::kWanOriginal},
         // Kontext: Flux.1's transformer with the control image's latents after the target's on the sequence
         {Arch::kFluxKontext, "flux_kontext", "Flux.1 Kontext", F::kFlux,      "FluxKontextPipeline",       true,  false, 16,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer", N::kDiffusers, /*control_images=*/true},
+        // Chroma: Flux.1's blocks fed by one modulation approximator, T5 only, real CFG
+        {Arch::kChroma, "chroma",    "Chroma",               F::kChroma,          "ChromaPipeline",            true,  false, 32,    false, G::kClassifierFree,     5.0, true,  "chroma",          "networks.lora_flux",  "diffusion_model", N::kFluxOriginal},
     };
     // clang-format on
     return kTable;
@@ -85,6 +86,7 @@ const char* to_string(FamilyKind family) {
         case FamilyKind::kFlux: return "Flux";
         case FamilyKind::kWan: return "Wan";
         case FamilyKind::kWan22: return "Wan 2.2";
+        case FamilyKind::kChroma: return "Chroma";
     }
     return "?";
 }

@@ -39,6 +39,68 @@ struct LoadedPair {
     std::optional<double> alpha;
 };
 
+// One module's share of a fused key (lora/lora_file_names.h).
+struct PartWeights {
+    at::Tensor down;
+    at::Tensor up;
+    std::optional<double> alpha;  // a kohya file's (one part only)
+};
+
+// A fused key's pair split among parts of `ranks` and output rows `outs`: block by block when
+// lora_A stacks the parts' downs and lora_B is block-diagonal (as loom writes it), or lora_A
+// shared and lora_B's rows split when every part has the key's rank (a LoRA trained on the fused
+// Linear); nullopt when neither fits.
+std::optional<std::vector<PartWeights>> split_fused(const LoadedPair& pair,
+                                                    const std::vector<int64_t>& ranks,
+                                                    const std::vector<int64_t>& outs) {
+    int64_t total_rank = 0;
+    int64_t total_out = 0;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+        total_rank += ranks[i];
+        total_out += outs[i];
+    }
+    if (pair.up.dim() != 2 || pair.up.size(0) != total_out) return std::nullopt;
+    const int64_t rank = pair.down.size(0);
+    std::vector<PartWeights> parts;
+    if (rank == total_rank) {
+        bool diagonal = true;
+        int64_t row = 0;
+        int64_t column = 0;
+        for (std::size_t i = 0; i < ranks.size() && diagonal; ++i) {
+            const at::Tensor rows = pair.up.narrow(0, row, outs[i]);
+            diagonal = rows.narrow(1, 0, column).count_nonzero().item<int64_t>() == 0 &&
+                       rows.narrow(1, column + ranks[i], rank - column - ranks[i])
+                               .count_nonzero()
+                               .item<int64_t>() == 0;
+            parts.push_back({pair.down.narrow(0, column, ranks[i]),
+                             rows.narrow(1, column, ranks[i]), std::nullopt});
+            row += outs[i];
+            column += ranks[i];
+        }
+        if (diagonal) return parts;
+    }
+    if (std::all_of(ranks.begin(), ranks.end(), [&](int64_t r) { return r == rank; })) {
+        parts.clear();
+        int64_t row = 0;
+        for (int64_t out : outs) {
+            parts.push_back({pair.down, pair.up.narrow(0, row, out), std::nullopt});
+            row += out;
+        }
+        return parts;
+    }
+    return std::nullopt;
+}
+
+// The output rows of the Linear at `path` in `model`; 0 when it has no such module.
+int64_t out_features(torch::nn::Module& model, const std::string& path) {
+    for (const auto& item : model.named_modules("", false)) {
+        if (item.key() != path) continue;
+        const auto weight = item.value()->named_parameters(false).find("weight");
+        return weight ? weight->size(0) : 0;
+    }
+    return 0;
+}
+
 }  // namespace
 
 LoRAFileLayout parse_lora_layout(const std::string& text) {
@@ -58,6 +120,8 @@ void save_lora_file(const LoRANetwork& network, const std::vector<const LoRATarg
     NamedTensors tensors;
     nlohmann::json names = nlohmann::json::array();
     std::map<int64_t, std::size_t> rank_counts;
+    // A fused key's parts (lora/lora_file_names.h), gathered before it is written.
+    std::map<std::string, std::vector<const LoRATarget*>> fused;
     for (const LoRATarget* t : targets) {
         const LoRAAdapter& a = *t->adapter;
         ++rank_counts[a.rank()];
@@ -67,13 +131,37 @@ void save_lora_file(const LoRANetwork& network, const std::vector<const LoRATarg
             tensors.emplace_back(stem + ".lora_up.weight", a.up.detach().to(dtype));
             tensors.emplace_back(stem + ".alpha",
                                  at::scalar_tensor(a.alpha(), at::kFloat).to(dtype));
-        } else {
-            const std::string stem = lora_key_stem(model, t->path);
-            tensors.emplace_back(stem + ".lora_A.weight", a.down.detach().to(dtype));
-            // diffusers applies lora_B @ lora_A with scale 1 when no alpha is given.
-            tensors.emplace_back(stem + ".lora_B.weight", (a.up.detach() * a.scale()).to(dtype));
-            names.push_back(stem.substr(prefix.size() + 1));
+            continue;
         }
+        const LoRAFileSlot slot = lora_file_slot(model, t->path);
+        if (slot.parts > 1) {
+            auto& parts = fused[slot.stem];
+            parts.resize(std::size_t(slot.parts));
+            parts[std::size_t(slot.part)] = t;
+            continue;
+        }
+        tensors.emplace_back(slot.stem + ".lora_A.weight", a.down.detach().to(dtype));
+        // diffusers applies lora_B @ lora_A with scale 1 when no alpha is given.
+        tensors.emplace_back(slot.stem + ".lora_B.weight", (a.up.detach() * a.scale()).to(dtype));
+        names.push_back(slot.stem.substr(prefix.size() + 1));
+    }
+    for (const auto& [stem, parts] : fused) {
+        std::vector<at::Tensor> downs;
+        std::vector<at::Tensor> ups;
+        for (const LoRATarget* t : parts) {
+            if (t == nullptr) {
+                throw Error("the LoRA file names " + stem.substr(prefix.size() + 1) +
+                            " as one fused Linear, but the network trains only some of its "
+                            "parts (q, k, v" +
+                            std::string(parts.size() == 4 ? ", proj_mlp" : "") +
+                            "): target all of them or none");
+            }
+            downs.push_back(t->adapter->down.detach());
+            ups.push_back(t->adapter->up.detach() * t->adapter->scale());
+        }
+        // Stacked downs and block-diagonal ups: exactly the parts' changes on the fused rows.
+        tensors.emplace_back(stem + ".lora_A.weight", at::cat(downs).to(dtype));
+        tensors.emplace_back(stem + ".lora_B.weight", at::block_diag(ups).to(dtype));
     }
     metadata.emplace_back("format", "pt");
     // diffusers builds LoraConfig(**metadata) for its own module names; a file in the original
@@ -158,8 +246,33 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
                                           "'" + key + "' names no module of this model");
                     }
                     module_path = it->second;
-                } else if (const auto named = module_path_of(target_model, stem, expert)) {
-                    module_path = *named;
+                } else if (const auto named = module_paths_of(target_model, stem, expert);
+                           named.size() > 1) {
+                    // A fused key: each part's rank from how its lora_B splits.
+                    const auto up = std::find_if(tensors.begin(), tensors.end(), [&](auto& t) {
+                        return t.first == stem + ".lora_B.weight";
+                    });
+                    std::vector<int64_t> outs;
+                    for (const std::string& p : named) outs.push_back(out_features(model, p));
+                    const int64_t rank = tensor.size(0);
+                    const auto parts = named.size();
+                    std::optional<std::vector<PartWeights>> split;
+                    if (up != tensors.end() && rank % int64_t(parts) == 0) {
+                        split =
+                            split_fused({tensor, up->second, std::nullopt},
+                                        std::vector<int64_t>(parts, rank / int64_t(parts)), outs);
+                    }
+                    for (const std::string& p : named) {
+                        LoRAOptions o;
+                        o.rank = split && split->front().down.size(0) != rank
+                                     ? rank / int64_t(parts)
+                                     : rank;
+                        o.alpha = static_cast<double>(o.rank);
+                        per_module[p] = o;
+                    }
+                    continue;
+                } else if (named.size() == 1) {
+                    module_path = named.front();
                 } else if (unet) {
                     throw FormatError(path.string(), "'" + key +
                                                          "' is neither a kohya (lora_unet_...) "
@@ -207,9 +320,17 @@ void load_lora_file(const LoRANetwork& network, const std::vector<const LoRATarg
 
     // Module path by the name the file uses for it. kohya names replace '.' with '_', so they are
     // looked up in a table built from the network's own paths, never split on '_'.
-    std::map<std::string, const LoRATarget*> by_file_name;
+    // A stem's targets in part order: one, or a fused key's parts.
+    std::map<std::string, std::vector<const LoRATarget*>> by_file_name;
     for (const LoRATarget* t : targets) {
-        by_file_name[kohya ? kohya_name(t->path) : lora_key_stem(model, t->path)] = t;
+        if (kohya) {
+            by_file_name[kohya_name(t->path)] = {t};
+            continue;
+        }
+        const LoRAFileSlot slot = lora_file_slot(model, t->path);
+        auto& parts = by_file_name[slot.stem];
+        parts.resize(std::size_t(slot.parts));
+        parts[std::size_t(slot.part)] = t;
     }
     std::map<std::string, LoadedPair> pairs;
     std::vector<std::string> unknown;
@@ -241,19 +362,44 @@ void load_lora_file(const LoRANetwork& network, const std::vector<const LoRATarg
     }
     std::vector<std::string> missing;
     std::vector<std::string> mismatched;
-    for (const auto& [stem, target] : by_file_name) {
+    // Each target's weights from the file, in the adapters' shapes.
+    std::vector<std::pair<const LoRATarget*, PartWeights>> weights;
+    for (const auto& [stem, parts] : by_file_name) {
         auto it = pairs.find(stem);
         if (it == pairs.end() || !it->second.down.defined() || !it->second.up.defined()) {
             missing.push_back(stem);
             continue;
         }
-        LoRAAdapter& a = *target->adapter;
-        if (it->second.down.sizes() != a.down.sizes() || it->second.up.sizes() != a.up.sizes()) {
+        std::vector<PartWeights> split;
+        if (std::find(parts.begin(), parts.end(), nullptr) != parts.end()) {
+            mismatched.push_back(stem + " (the network trains only some of its fused parts)");
+            continue;
+        }
+        if (parts.size() == 1) {
+            split.push_back({it->second.down, it->second.up, it->second.alpha});
+        } else {
+            std::vector<int64_t> ranks;
+            std::vector<int64_t> outs;
+            for (const LoRATarget* t : parts) {
+                ranks.push_back(t->adapter->rank());
+                outs.push_back(t->adapter->up.size(0));
+            }
+            if (auto s = split_fused(it->second, ranks, outs)) split = std::move(*s);
+        }
+        bool fits = split.size() == parts.size();
+        for (std::size_t i = 0; fits && i < parts.size(); ++i) {
+            const LoRAAdapter& a = *parts[i]->adapter;
+            fits = split[i].down.sizes() == a.down.sizes() && split[i].up.sizes() == a.up.sizes();
+        }
+        if (!fits) {
             std::ostringstream m;
-            m << stem << " (file rank " << it->second.down.size(0) << ", network rank " << a.rank()
+            m << stem << " (file rank " << it->second.down.size(0) << ", network rank "
+              << parts.front()->adapter->rank() << (parts.size() > 1 ? " per fused part" : "")
               << ")";
             mismatched.push_back(m.str());
+            continue;
         }
+        for (std::size_t i = 0; i < parts.size(); ++i) weights.emplace_back(parts[i], split[i]);
     }
     if (!unknown.empty() || !missing.empty() || !mismatched.empty()) {
         std::ostringstream msg;
@@ -272,15 +418,14 @@ void load_lora_file(const LoRANetwork& network, const std::vector<const LoRATarg
         throw FormatError(path.string(), msg.str());
     }
     torch::NoGradGuard no_grad;
-    for (const auto& [stem, target] : by_file_name) {
-        const LoadedPair& p = pairs[stem];
+    for (const auto& [target, w] : weights) {
         LoRAAdapter& a = *target->adapter;
-        a.down.copy_(p.down);
+        a.down.copy_(w.down);
         // The file's effective scale is alpha/rank (kohya) or 1 (PEFT, alpha folded): express it
         // in this adapter's alpha.
         const double file_scale =
-            kohya ? p.alpha.value_or(static_cast<double>(a.rank())) / a.rank() : 1.0;
-        a.up.copy_(p.up.to(at::kFloat) * (file_scale / a.scale()));
+            kohya ? w.alpha.value_or(static_cast<double>(a.rank())) / a.rank() : 1.0;
+        a.up.copy_(w.up.to(at::kFloat) * (file_scale / a.scale()));
         ++report.loaded;
     }
 }

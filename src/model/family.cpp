@@ -1,6 +1,7 @@
 #include "loom/model/family.h"
 
 #include "loom/core/error.h"
+#include "loom/model/chroma/chroma_family.h"
 #include "loom/model/family_registry.h"
 #include "loom/model/flux/flux_family.h"
 #include "loom/model/loading/diffusers_folder.h"
@@ -23,6 +24,8 @@ const std::vector<FamilyEntry>& family_table() {
          WanFamily::eval_components},
         {config::FamilyKind::kWan22, Wan22Family::load, Wan22Family::declared_blocks,
          Wan22Family::eval_components},
+        {config::FamilyKind::kChroma, ChromaFamily::load, ChromaFamily::declared_blocks,
+         ChromaFamily::eval_components},
     };
     return table;
 }

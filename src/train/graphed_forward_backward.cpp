@@ -57,12 +57,14 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
     if (found == statics_.end()) {
         Static s;
         const StepConditioning& c = in.conditioning;
-        s.in = {static_copy(in.noisy),
-                static_copy(in.timesteps),
-                {static_copy(c.context), static_copy(c.pooled), static_copy(c.extra),
-                 static_copy(c.control)},
-                static_copy(in.target),
-                in.weight};
+        StepConditioning captured;
+        captured.context = static_copy(c.context);
+        captured.pooled = static_copy(c.pooled);
+        captured.context_mask = static_copy(c.context_mask);
+        captured.extra = static_copy(c.extra);
+        captured.control = static_copy(c.control);
+        s.in = {static_copy(in.noisy), static_copy(in.timesteps), std::move(captured),
+                static_copy(in.target), in.weight};
         const auto options = in.target.options().dtype(at::kFloat);
         s.weight = at::empty({}, options);
         s.loss = at::empty({}, options);
@@ -75,6 +77,7 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         copy_into(s.in.timesteps, in.timesteps);
         copy_into(s.in.conditioning.context, in.conditioning.context);
         copy_into(s.in.conditioning.pooled, in.conditioning.pooled);
+        copy_into(s.in.conditioning.context_mask, in.conditioning.context_mask);
         copy_into(s.in.conditioning.extra, in.conditioning.extra);
         copy_into(s.in.conditioning.control, in.conditioning.control);
         copy_into(s.in.target, in.target);

@@ -167,6 +167,7 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     std::vector<at::Tensor> controls;  // the items' control latents (Kontext), or none
     std::vector<at::Tensor> contexts;
     std::vector<at::Tensor> pooled;
+    std::vector<at::Tensor> masks;  // the captions' token masks (Chroma), or none
     std::vector<std::size_t> slots;
     for (const data::StepSlot& slot : micro.slots) {
         latents.push_back(parts_.data.latent(slot.item, micro.bucket, parts_.encode_latent));
@@ -180,6 +181,7 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
                                          "the text cache entry of '" + caption + "'");
         contexts.push_back(c.context);  // [1, tokens, width]
         if (c.text_embeds.defined()) pooled.push_back(c.text_embeds);
+        if (c.context_mask.defined()) masks.push_back(c.context_mask);
         slots.push_back(slot.slot);
     }
     const at::Tensor x0 = device.to_device(at::stack(latents));
@@ -189,6 +191,7 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     const NoisedBatch noised = parts_.objective.noise(x0, slots, seed_, step_index, device);
     if (!pooled.empty())
         cond.pooled = device.to_device(at::cat(pooled)).to(cond.context.scalar_type());
+    if (!masks.empty()) cond.context_mask = device.to_device(at::cat(masks));
     const at::Tensor extra =
         parts_.model.extra_conditioning(micro.bucket.height, micro.bucket.width, x0.size(0));
     if (extra.defined()) cond.extra = device.to_device(extra);

@@ -28,7 +28,8 @@ TEST(ArchTable, OneRowPerArchInTheEnumsOrderAndNamesRoundTrip) {
 }
 
 TEST(ArchTable, AiToolkitArchsLoomDoesNotBuildAreKnownButHaveNoRow) {
-    for (const char* name : {"sd3", "chroma", "wan22_5b", "qwen_image", "zimage", "flex2"}) {
+    for (const char* name :
+         {"sd3", "chroma_radiance", "wan22_5b", "qwen_image", "zimage", "flex2"}) {
         EXPECT_TRUE(is_ai_toolkit_arch(name)) << name;
         EXPECT_FALSE(find_arch(name).has_value()) << name;
     }
@@ -65,7 +66,15 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     for (const ArchInfo& row : arch_table()) {
         EXPECT_EQ(row.control_images, row.arch == Arch::kFluxKontext) << row.name;
     }
-    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext");
+    // Chroma: its own family (no CLIP, real CFG), LoRA files in BFL's Flux names, as ai-toolkit.
+    const ArchInfo& chroma = arch_info(Arch::kChroma);
+    EXPECT_EQ(chroma.family, FamilyKind::kChroma);
+    EXPECT_TRUE(chroma.trainable && chroma.flow_matching && !chroma.two_text_encoders);
+    EXPECT_EQ(chroma.guidance, GuidanceKind::kClassifierFree);
+    EXPECT_EQ(chroma.bucket_divisibility, 32);  // ai-toolkit's ChromaModel
+    EXPECT_STREQ(chroma.lora_prefix, "diffusion_model");
+    EXPECT_EQ(chroma.lora_module_names, LoRAModuleNames::kFluxOriginal);
+    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma");
 }
 
 TEST(ArchTable, PipelineClassesMapToTheirArchs) {
@@ -75,9 +84,10 @@ TEST(ArchTable, PipelineClassesMapToTheirArchs) {
     EXPECT_EQ(archs_of_pipeline("StableDiffusionPipeline"),
               (std::vector<Arch>{Arch::kSd1, Arch::kSd2}));
     EXPECT_TRUE(archs_of_pipeline("QwenImagePipeline").empty());
+    EXPECT_EQ(archs_of_pipeline("ChromaPipeline"), std::vector<Arch>{Arch::kChroma});
     EXPECT_EQ(pipeline_class_list(),
               "StableDiffusionPipeline, StableDiffusionXLPipeline, FluxPipeline, WanPipeline, "
-              "FluxKontextPipeline");
+              "FluxKontextPipeline, ChromaPipeline");
 }
 
 // The loader resolves model.arch once: Choices::arch is the row's Arch for an arch loom builds,
@@ -95,7 +105,8 @@ TEST(ArchTable, TheLoaderResolvesTheJobsArchOnce) {
     EXPECT_EQ(arch_of("{name_or_path: m, is_xl: true}"), Arch::kSdxl);
     EXPECT_EQ(arch_of("{name_or_path: m}"), Arch::kSd1);
     EXPECT_EQ(arch_of("{name_or_path: m, arch: 'wan21:14b'}"), Arch::kWan21);
-    EXPECT_FALSE(arch_of("{name_or_path: m, arch: chroma}").has_value());
+    EXPECT_EQ(arch_of("{name_or_path: m, arch: chroma}"), Arch::kChroma);
+    EXPECT_FALSE(arch_of("{name_or_path: m, arch: chroma_radiance}").has_value());
 }
 
 }  // namespace

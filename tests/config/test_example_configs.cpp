@@ -177,6 +177,18 @@ TEST(AiToolkitExamples, Wan22ExampleIsATrainableJob) {
     EXPECT_EQ(flagged, (std::vector<std::string>{"config.process.0.model.qtype"}));
 }
 
+// ai-toolkit's Chroma example: every key implemented (quantize, adamw8bit, ema, real-CFG previews
+// with their negative prompt), so nothing is warned.
+TEST(AiToolkitExamples, ChromaExampleIsATrainableJob) {
+    const LoadedJob loaded = load_job_file(kAiToolkitExamples / "train_lora_chroma_24gb.yaml");
+    const ProcessConfig& p = loaded.job.config.process.at(0);
+    EXPECT_EQ(p.choices.arch, Arch::kChroma);
+    EXPECT_EQ(p.train.noise_scheduler, "flowmatch");
+    EXPECT_EQ(p.choices.lora_layout, LoRAKeyLayout::kPeft);
+    EXPECT_DOUBLE_EQ(p.sample.guidance_scale, 4.0);
+    for (const Diagnostic& d : loaded.warnings) ADD_FAILURE() << d.to_string();
+}
+
 TEST(AiToolkitExamples, BothExpertsOffAndExpertKeysElsewhereAreSaid) {
     const std::string wan22 = R"(job: extension
 config:

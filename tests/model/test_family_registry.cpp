@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loom/core/error.h"
+#include "loom/model/chroma/chroma_family.h"
 #include "loom/model/family_registry.h"
 #include "loom/model/flux/flux_family.h"
 #include "loom/model/sd/sd_family.h"
@@ -32,13 +33,15 @@ TEST(FamilyTable, EveryArchsFamilyHasItsRow) {
     for (const config::ArchInfo& a : config::arch_table()) {
         EXPECT_EQ(family_entry(a.family).kind, a.family) << a.name;
     }
-    EXPECT_EQ(family_table().size(), 4u);
+    EXPECT_EQ(family_table().size(), 5u);
 }
 
 TEST(FamilyTable, TheRowsBlocksAreTheFamilys) {
     EXPECT_EQ(&family_entry(config::FamilyKind::kFlux).blocks(), &FluxFamily::declared_blocks());
     EXPECT_EQ(&family_entry(config::FamilyKind::kWan).blocks(), &WanFamily::declared_blocks());
     EXPECT_EQ(&family_entry(config::FamilyKind::kWan22).blocks(), &Wan22Family::declared_blocks());
+    EXPECT_EQ(&family_entry(config::FamilyKind::kChroma).blocks(),
+              &ChromaFamily::declared_blocks());
     EXPECT_EQ(family_entry(config::FamilyKind::kWan22).blocks().experts.size(), 2u);
     const DenoiserBlocks& flux = family_entry(config::FamilyKind::kFlux).blocks();
     EXPECT_EQ(flux.lora_targeting, LoRATargeting::kBlockLinears);
@@ -61,6 +64,9 @@ TEST(FamilyTable, EachFamilyListsTheComponentsItsFoldersHold) {
     EXPECT_EQ(component_names(config::FamilyKind::kWan), (std::set<std::string>{"text-encoder"}));
     EXPECT_EQ(component_names(config::FamilyKind::kWan22),
               component_names(config::FamilyKind::kWan));
+    EXPECT_EQ(component_names(config::FamilyKind::kChroma),
+              (std::set<std::string>{"transformer", "text-encoder", "prompt-embeds", "vae-encode",
+                                     "vae-decode"}));
 }
 
 TEST(EvalInputs, AMissingTensorNamesTheInputsFile) {

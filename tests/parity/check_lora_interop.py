@@ -38,9 +38,10 @@ TOLERANCE = 1e-4         # UNet output, loom vs diffusers (float32 on the CPU)
 DELTA_TOLERANCE = 1e-6   # per-module weight change, relative to its largest entry
 MIN_EFFECT = 1e-2        # the LoRA must move the output by at least this much
 
-# The one warning a UNet-only LoRA rightly gets: the pipeline also offers it to the text encoders.
-BENIGN = re.compile(r"No LoRA keys associated to CLIPTextModel(WithProjection)? found with the "
-                    r"prefix='text_encoder(_2)?'")
+# The one warning a denoiser-only LoRA rightly gets: the pipeline also offers it to the text
+# encoders (CLIP for SD and Flux, T5 for Chroma).
+BENIGN = re.compile(r"No LoRA keys associated to (CLIPTextModel(WithProjection)?|T5EncoderModel) "
+                    r"found with the prefix='text_encoder(_2)?'")
 
 # (model folder, pipeline class, case inputs, variants, layouts)
 MODELS = [

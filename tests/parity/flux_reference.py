@@ -15,10 +15,15 @@ tokenizer it built. Writes under OUT:
   cases/flux_kontext_predict.*: ai-toolkit's Kontext prediction (control latents joined on the
                  sequence, ids marked 1, the output trimmed to the target's tokens)
   cases/flux_kontext_pipeline.*: FluxKontextPipeline's images for two prompts with control images
-  chroma/transformer/  a ChromaTransformer2DModel (issue 40): Flux's blocks without their
-                 modulation Linears, fed by the distilled-guidance approximator
+  chroma/        a ChromaPipeline folder (issue 40): a ChromaTransformer2DModel (Flux's blocks
+                 without their modulation Linears, fed by the distilled-guidance approximator),
+                 Flux's tiny VAE, the tiny T5 and its tokenizer, Flux dev's scheduler config
   cases/chroma_transformer.*: its prediction with ChromaPipeline's attention mask (T5's tokens
                  up to the first padding one, every image token)
+  cases/chroma_prompts.*: ChromaPipeline.encode_prompt of three prompts (T5 under the tokenizer
+                 mask, and the text mask it returns)
+  cases/chroma_pipeline.*: ChromaPipeline's images for two seeded prompts with a negative prompt
+                 and real classifier-free guidance (the settings in .json)
 Everything is float32 on the CPU.
 """
 import json
@@ -29,7 +34,8 @@ from safetensors.torch import save_file
 
 from reference_cases import save_case
 
-from diffusers import (AutoencoderKL, ChromaTransformer2DModel, FlowMatchEulerDiscreteScheduler,
+from diffusers import (AutoencoderKL, ChromaPipeline, ChromaTransformer2DModel,
+                       FlowMatchEulerDiscreteScheduler,
                        FluxKontextPipeline, FluxPipeline, FluxTransformer2DModel)
 
 LATENT_CHANNELS = 16
@@ -130,7 +136,7 @@ def build(out, cases, clip_encoder, clip_tokenizer, t5_encoder, t5_tokenizer):
         json.dump({"prompts": prompts[:2], "seeds": seeds, "height": 16, "width": 24, "steps": 3,
                    "guidance": 3.5, "max_sequence_length": PROMPT_TOKENS}, f)
     build_kontext(out, cases, pipe, prompts[:2])
-    build_chroma_transformer(out, cases)
+    build_chroma(out, cases, pipe, prompts)
 
 
 def chroma_mask(lengths, tokens, image_tokens):
@@ -143,7 +149,35 @@ def chroma_mask(lengths, tokens, image_tokens):
 
 
 @torch.no_grad()
-def build_chroma_transformer(out, cases):
+def build_chroma(out, cases, flux, prompts):
+    chroma = ChromaPipeline(scheduler=scheduler(), vae=flux.vae, text_encoder=flux.text_encoder_2,
+                            tokenizer=flux.tokenizer_2, transformer=chroma_transformer())
+    chroma.save_pretrained(os.path.join(out, "chroma"), safe_serialization=True)
+    build_chroma_transformer_case(chroma.transformer, cases)
+
+    embeds, _, mask, _, _, _ = chroma.encode_prompt(prompt=prompts,
+                                                    do_classifier_free_guidance=False,
+                                                    max_sequence_length=PROMPT_TOKENS)
+    save_case(cases, "chroma_prompts", {}, {"prompt_embeds": embeds, "attention_mask": mask})
+    with open(os.path.join(cases, "chroma_prompts.json"), "w") as f:
+        json.dump({"prompts": prompts, "max_sequence_length": PROMPT_TOKENS}, f)
+
+    # The whole pipeline with a negative prompt and guidance 4 (two transformer passes a step),
+    # 16x24 pixels, 3 steps, decoded to [0, 1].
+    seeds = [12, 13]
+    negative = "blurry, low quality"
+    images = chroma(prompt=prompts[:2], negative_prompt=[negative, negative], height=16, width=24,
+                    num_inference_steps=3, guidance_scale=4.0, max_sequence_length=PROMPT_TOKENS,
+                    output_type="pt",
+                    generator=[torch.Generator().manual_seed(s) for s in seeds]).images
+    save_case(cases, "chroma_pipeline", {}, {"images": images})
+    with open(os.path.join(cases, "chroma_pipeline.json"), "w") as f:
+        json.dump({"prompts": prompts[:2], "negative": negative, "seeds": seeds, "height": 16,
+                   "width": 24, "steps": 3, "guidance": 4.0,
+                   "max_sequence_length": PROMPT_TOKENS}, f)
+
+
+def chroma_transformer():
     torch.manual_seed(33)
     model = ChromaTransformer2DModel(patch_size=1, in_channels=4 * LATENT_CHANNELS, num_layers=2,
                                      num_single_layers=2, attention_head_dim=16,
@@ -152,8 +186,10 @@ def build_chroma_transformer(out, cases):
                                      approximator_hidden_dim=48, approximator_layers=2).eval()
     for p in model.parameters():
         p.mul_(2.0)
-    model.save_pretrained(os.path.join(out, "chroma", "transformer"), safe_serialization=True)
+    return model
 
+
+def build_chroma_transformer_case(model, cases):
     g = torch.Generator().manual_seed(41)
     h, w, tokens = 8, 12, 9
     hidden = torch.randn(2, (h // 2) * (w // 2), 4 * LATENT_CHANNELS, generator=g)

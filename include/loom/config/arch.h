@@ -18,15 +18,17 @@
 namespace loom::config {
 
 // The archs loom builds (loads, and trains where the row says so).
-enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b, kFluxKontext };
+enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b, kFluxKontext, kChroma };
 
 // The family implementation an arch is trained through (model/family.h).
-enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22 };
+enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22, kChroma };
 
 // How a LoRA file names the denoiser's modules: diffusers' own paths ("blocks.0.attn1.to_q"), or
 // the original Wan checkpoint's ("blocks.0.self_attn.q"), as ai-toolkit writes Wan 2.2 LoRAs
-// (toolkit/models/wan21/wan_lora_convert.py::convert_to_original) and diffusers' Wan loader reads.
-enum class LoRAModuleNames { kDiffusers, kWanOriginal };
+// (toolkit/models/wan21/wan_lora_convert.py::convert_to_original) and diffusers' Wan loader reads;
+// or Black Forest Labs' Flux checkpoint's ("double_blocks.0.img_attn.qkv", q, k and v fused into
+// one key), as ai-toolkit writes Chroma LoRAs and ComfyUI reads them (lora/lora_file_names.h).
+enum class LoRAModuleNames { kDiffusers, kWanOriginal, kFluxOriginal };
 
 // How previews are guided: a classifier-free pass beside the conditional one (a guidance scale
 // above 1 doubles the sampling batch), or a distilled guidance embedding (Flux.1: one pass).

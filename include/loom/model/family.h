@@ -43,7 +43,9 @@ enum class ObjectiveKind { kDdpm, kFlowMatch };
 struct StepConditioning {
     at::Tensor context;  // [B, tokens, width]
     at::Tensor pooled;   // [B, width], or undefined for a family without one (SD 1.x)
-    at::Tensor extra;    // family-specific, made by extra_conditioning (SDXL's size ids)
+    // [B, tokens] float32: the text tokens the denoiser attends to (Chroma), or undefined: all.
+    at::Tensor context_mask;
+    at::Tensor extra;  // family-specific, made by extra_conditioning (SDXL's size ids)
     // The clean latents of the items' control images, [B, C, H, W] like the noisy ones, for a
     // family of an arch with control_images (Kontext); undefined otherwise.
     at::Tensor control;

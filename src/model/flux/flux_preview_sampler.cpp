@@ -57,14 +57,25 @@ at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts
         const at::Tensor velocity = transformer.forward(in).narrow(1, 0, target_tokens);
         latents = sampler.step(velocity.to(at::kFloat), i, latents);
     }
-    at::Tensor z = flux_unpack_latents(latents, height, width) / vc.scaling_factor;
+    return flux_decode_latents(model.vae, latents, height, width);
+}
+
+at::Tensor flux_decode_latents(AutoencoderKL& vae, const at::Tensor& packed, int64_t height,
+                               int64_t width) {
+    const VAEConfig& vc = vae->config();
+    at::Tensor z = flux_unpack_latents(packed, height, width) / vc.scaling_factor;
     if (vc.shift_factor) z = z + *vc.shift_factor;
-    return model.vae->decode(z.to(model.vae->parameters().front().scalar_type())).to(at::kFloat);
+    return vae->decode(z.to(vae->parameters().front().scalar_type())).to(at::kFloat);
 }
 
 at::Tensor flux_initial_noise(const FluxModel& model, int64_t seed, int64_t width, int64_t height) {
-    const int64_t factor = model.vae->scale_factor();
-    const int64_t channels = model.vae->config().latent_channels;
+    return flux_initial_noise(model.vae, seed, width, height);
+}
+
+at::Tensor flux_initial_noise(const AutoencoderKL& vae, int64_t seed, int64_t width,
+                              int64_t height) {
+    const int64_t factor = vae->scale_factor();
+    const int64_t channels = vae->config().latent_channels;
     at::Generator gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
     return at::randn({1, channels, 2 * (height / (factor * 2)), 2 * (width / (factor * 2))}, gen,
                      at::TensorOptions().dtype(at::kFloat));

@@ -32,6 +32,14 @@ at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts
 // The latent noise of a width x height image from `seed`: [1, 16, h, w] float32 on the CPU, h
 // and w as the pipeline rounds them (2 * (pixels / (2 * vae factor))).
 at::Tensor flux_initial_noise(const FluxModel& model, int64_t seed, int64_t width, int64_t height);
+// The same for any pipeline on Flux's VAE and packing (Chroma).
+at::Tensor flux_initial_noise(const AutoencoderKL& vae, int64_t seed, int64_t width,
+                              int64_t height);
+
+// Packed latents [B, tokens, 64] of a [B, 16, height, width] latent image, unscaled and decoded
+// by `vae`, as FluxPipeline ends: images [B, 3, 8 height, 8 width] float32 in about [-1, 1].
+at::Tensor flux_decode_latents(AutoencoderKL& vae, const at::Tensor& packed, int64_t height,
+                               int64_t width);
 
 // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order; requests of one size,
 // step count and guidance share a batch with `options.batch_prompts`. Negative prompts are not
