@@ -1,6 +1,8 @@
 // loom side of scripts/bench_flux.sh: one LoRA training step of the benchmark Flux transformer
 // on the CPU — forward, flow-matching MSE, backward, loom's AdamW on the LoRA parameters — the
-// same work as bench/flux_lora_step.py does with diffusers + peft.
+// same work as bench/flux_lora_step.py does with diffusers + peft. A ChromaPipeline folder
+// (make_bench_flux.py --chroma) trains the Chroma transformer instead, with ChromaPipeline's mask
+// over a prompt of a quarter of the text tokens.
 //
 //   flux_lora_step MODEL_DIR THREADS REPEATS BATCH LATENT_SIZE TEXT_TOKENS RANK
 //
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "loom/lora/lora_network.h"
+#include "loom/model/chroma/chroma_model.h"
 #include "loom/model/flux/flux_model.h"
 #include "loom/model/schedules/flow_match.h"
 #include "loom/train/adamw.h"
@@ -33,13 +36,24 @@ int main(int argc, char** argv) {
     at::set_num_threads(threads);
     at::set_num_interop_threads(1);
 
-    loom::FluxTransformer2DModel model =
-        loom::load_flux_transformer(loom::read_diffusers_folder(argv[1]));
+    const loom::DiffusersFolder folder = loom::read_diffusers_folder(argv[1]);
+    const bool chroma = folder.pipeline_class == "ChromaPipeline";
+    loom::FluxTransformer2DModel flux{nullptr};
+    loom::ChromaTransformer2DModel chroma_model{nullptr};
+    torch::nn::Module* model = nullptr;
+    if (chroma) {
+        chroma_model = loom::load_chroma_transformer(folder.dir("transformer"));
+        model = chroma_model.get();
+    } else {
+        flux = loom::load_flux_transformer(folder);
+        model = flux.get();
+    }
     for (auto& p : model->parameters()) p.requires_grad_(false);
     loom::LoRANetworkOptions options;
     options.linear.rank = rank;
     options.linear.alpha = static_cast<double>(rank);
-    options.rules.model = loom::lora_model_of(loom::config::Arch::kFlux);
+    options.rules.model =
+        loom::lora_model_of(chroma ? loom::config::Arch::kChroma : loom::config::Arch::kFlux);
     loom::LoRANetwork network = loom::LoRANetwork::inject(*model, options);
     network.set_training(true);
     loom::AdamWOptions adam;
@@ -48,23 +62,31 @@ int main(int argc, char** argv) {
     model->train();
 
     torch::manual_seed(0);
-    const loom::FluxConfig& c = model->config();
+    const loom::FluxConfig& c = chroma ? chroma_model->config().flux : flux->config();
     const at::Tensor latents = torch::randn({batch, c.in_channels / 4, size, size});
     const at::Tensor x0 = loom::flux_pack_latents(latents);
     const at::Tensor noise = torch::randn(x0.sizes());
-    loom::FluxInputs in;
-    in.encoder_hidden_states = torch::randn({batch, tokens, c.joint_attention_dim});
-    in.pooled_projections = torch::randn({batch, c.pooled_projection_dim});
-    in.img_ids = loom::flux_image_ids(size, size, at::kFloat);
-    in.txt_ids = loom::flux_text_ids(tokens, at::kFloat);
-    in.timestep = torch::full({batch}, 0.6f);
-    in.guidance = torch::ones({batch});
-    const at::Tensor t = in.timestep * 1000;
+    const at::Tensor text = torch::randn({batch, tokens, c.joint_attention_dim});
+    const at::Tensor img_ids = loom::flux_image_ids(size, size, at::kFloat);
+    const at::Tensor txt_ids = loom::flux_text_ids(tokens, at::kFloat);
+    const at::Tensor sigma = torch::full({batch}, 0.6f);
+    const at::Tensor t = sigma * 1000;
+    loom::FluxInputs in{{}, text, {}, sigma, img_ids, txt_ids, torch::ones({batch})};
+    loom::ChromaInputs chroma_in{{}, text, sigma, img_ids, txt_ids, {}};
+    if (chroma) {
+        // ChromaPipeline's mask: the prompt's tokens and the first padding one, every image token.
+        const at::Tensor text_mask =
+            (at::arange(tokens) <= tokens / 4).to(at::kFloat).expand({batch, tokens});
+        chroma_in.attention_mask = loom::chroma_joint_mask(text_mask, x0.size(1));
+    } else {
+        in.pooled_projections = torch::randn({batch, c.pooled_projection_dim});
+    }
     for (int i = 0; i < repeats + 1; ++i) {  // the first step warms up and is not printed
         using clock = std::chrono::steady_clock;
         const auto start = clock::now();
-        in.hidden_states = loom::flow_match_add_noise(x0, noise, t);
-        const at::Tensor pred = model->forward(in);
+        const at::Tensor noisy = loom::flow_match_add_noise(x0, noise, t);
+        in.hidden_states = chroma_in.hidden_states = noisy;
+        const at::Tensor pred = chroma ? chroma_model->forward(chroma_in) : flux->forward(in);
         const auto forward_done = clock::now();
         at::mse_loss(pred, loom::flow_match_target(x0, noise)).backward();
         const auto backward_done = clock::now();

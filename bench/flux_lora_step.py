@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Reference side of scripts/bench_flux.sh: one LoRA training step of the benchmark Flux
 transformer with diffusers + peft on the CPU — forward, flow-matching MSE, backward, AdamW on the
-LoRA parameters — as ai-toolkit and diffusers' train_dreambooth_lora_flux.py run it.
+LoRA parameters — as ai-toolkit and diffusers' train_dreambooth_lora_flux.py run it. A
+ChromaPipeline folder (make_bench_flux.py --chroma) trains the Chroma transformer instead, with
+ChromaPipeline's float attention mask over a prompt of a quarter of the text tokens.
 
     flux_lora_step.py MODEL_DIR THREADS REPEATS BATCH LATENT_SIZE TEXT_TOKENS RANK
 
@@ -12,8 +14,11 @@ rank RANK, alpha RANK. Prints two lines per timed step: "step_seconds <s>" and
 import sys
 import time
 
+import json
+import os
+
 import torch
-from diffusers import FluxTransformer2DModel
+from diffusers import ChromaTransformer2DModel, FluxTransformer2DModel
 from diffusers.pipelines.flux.pipeline_flux import FluxPipeline
 from peft import LoraConfig
 
@@ -26,7 +31,10 @@ def block_linears(model):
 
 def main(model_dir, threads, repeats, batch, size, tokens, rank):
     torch.set_num_threads(threads)
-    model = FluxTransformer2DModel.from_pretrained(model_dir, subfolder="transformer")
+    with open(os.path.join(model_dir, "model_index.json")) as f:
+        chroma = json.load(f)["_class_name"] == "ChromaPipeline"
+    cls = ChromaTransformer2DModel if chroma else FluxTransformer2DModel
+    model = cls.from_pretrained(model_dir, subfolder="transformer")
     model.requires_grad_(False)
     model.add_adapter(LoraConfig(r=rank, lora_alpha=rank, init_lora_weights="gaussian",
                                  target_modules=block_linears(model)))
@@ -39,17 +47,22 @@ def main(model_dir, threads, repeats, batch, size, tokens, rank):
     x0 = FluxPipeline._pack_latents(latents, batch, c.in_channels // 4, size, size)
     noise = torch.randn(x0.shape, generator=g)
     text = torch.randn(batch, tokens, c.joint_attention_dim, generator=g)
-    pooled = torch.randn(batch, c.pooled_projection_dim, generator=g)
+    if chroma:
+        # ChromaPipeline's mask: the prompt's tokens and the first padding one, every image token.
+        text_mask = (torch.arange(tokens) <= tokens // 4).float().expand(batch, tokens)
+        extra = {"attention_mask": torch.cat([text_mask, torch.ones(batch, x0.shape[1])], dim=1)}
+    else:
+        extra = {"guidance": torch.ones(batch),
+                 "pooled_projections": torch.randn(batch, c.pooled_projection_dim, generator=g)}
     img_ids = FluxPipeline._prepare_latent_image_ids(batch, size // 2, size // 2, "cpu",
                                                      torch.float32)
     txt_ids = torch.zeros(tokens, 3)
     t = torch.full((batch,), 0.6)
-    guidance = torch.ones(batch)
     for i in range(repeats + 1):  # the first step warms up and is not printed
         start = time.perf_counter()
         noisy = (1 - t.view(-1, 1, 1)) * x0 + t.view(-1, 1, 1) * noise
-        pred = model(hidden_states=noisy, encoder_hidden_states=text, pooled_projections=pooled,
-                     timestep=t, img_ids=img_ids, txt_ids=txt_ids, guidance=guidance).sample
+        pred = model(hidden_states=noisy, encoder_hidden_states=text, timestep=t,
+                     img_ids=img_ids, txt_ids=txt_ids, **extra).sample
         forward_done = time.perf_counter()
         loss = torch.nn.functional.mse_loss(pred, noise - x0)
         loss.backward()

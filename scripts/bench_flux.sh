@@ -2,8 +2,10 @@
 # A Flux LoRA training step on this CPU (issue 18): loom against diffusers + peft on the same
 # Flux-shaped transformer (bench/make_bench_flux.py), equal threads, batch, resolution, rank and
 # targets, interleaved runs. Prints medians and the it/s ratio (docs/BENCHMARKS.md records it).
+# BENCH_FAMILY=chroma: the Chroma transformer of the same blocks, with ChromaPipeline's mask
+# (issue 40).
 #
-#   scripts/bench_flux.sh [ROUNDS=5] [REPEATS=3] [THREADS=2] [BATCH=1] [LATENT=32] [TOKENS=64] [RANK=16]
+#   [BENCH_FAMILY=flux|chroma] scripts/bench_flux.sh [ROUNDS=5] [REPEATS=3] [THREADS=2] [BATCH=1] [LATENT=32] [TOKENS=64] [RANK=16]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -11,8 +13,13 @@ ROUNDS="${1:-5}"; REPEATS="${2:-3}"; THREADS="${3:-2}"; BATCH="${4:-1}"; LATENT=
 TOKENS="${6:-64}"; RANK="${7:-16}"
 PY=.venv/bin/python
 BIN="${LOOM_BUILD_DIR:-build}/bench/bench_flux_lora_step"
-MODEL="${LOOM_BUILD_DIR:-build}/bench_flux"
-[ -f "$MODEL/transformer/config.json" ] || "$PY" bench/make_bench_flux.py "$MODEL"
+FAMILY="${BENCH_FAMILY:-flux}"
+case "$FAMILY" in
+  flux) MODEL="${LOOM_BUILD_DIR:-build}/bench_flux"; MAKE_ARGS=() ;;
+  chroma) MODEL="${LOOM_BUILD_DIR:-build}/bench_chroma"; MAKE_ARGS=(--chroma) ;;
+  *) echo "BENCH_FAMILY is flux or chroma, not '$FAMILY'" >&2; exit 2 ;;
+esac
+[ -f "$MODEL/transformer/config.json" ] || "$PY" bench/make_bench_flux.py "$MODEL" "${MAKE_ARGS[@]}"
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 args=("$MODEL" "$THREADS" "$REPEATS" "$BATCH" "$LATENT" "$TOKENS" "$RANK")
 source "$ROOT/scripts/bench_lib.sh"
@@ -20,7 +27,7 @@ for r in $(seq "$ROUNDS"); do
   collect loom_times loom_phases "$BIN" "${args[@]}"
   collect ref_times ref_phases "$PY" bench/flux_lora_step.py "${args[@]}"
 done
-echo "Flux LoRA step (fwd + bwd + AdamW), batch $BATCH, ${LATENT}x${LATENT} latents" \
+echo "$FAMILY LoRA step (fwd + bwd + AdamW), batch $BATCH, ${LATENT}x${LATENT} latents" \
   "($((LATENT * LATENT / 4)) image + $TOKENS text tokens), rank $RANK, $THREADS threads," \
   "${#loom_times[@]} steps each, interleaved:"
 print_comparison

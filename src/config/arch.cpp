@@ -14,7 +14,6 @@ constexpr const char* kOtherAiToolkitArchs[] = {
     "pixart_sigma",
     "auraflow",
     "flex1",
-    "flex2",
     "lumina2",
     "vega",
     "ssd",
@@ -75,6 +74,8 @@ const std::vector<ArchInfo>& arch_table() {
         {Arch::kFluxKontext, "flux_kontext", "Flux.1 Kontext", F::kFlux,      "FluxKontextPipeline",       true,  false, 16,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer", N::kDiffusers, /*control_images=*/true},
         // Chroma: Flux.1's blocks fed by one modulation approximator, T5 only, real CFG
         {Arch::kChroma, "chroma",    "Chroma",               F::kChroma,          "ChromaPipeline",            true,  false, 32,    false, G::kClassifierFree,     5.0, true,  "chroma",          "networks.lora_flux",  "diffusion_model", N::kFluxOriginal},
+        // Flex.2: Flux.1's transformer over the latents with Flex.2's inpaint and control channels
+        {Arch::kFlex2, "flex2",      "Flex.2",               F::kFlux,            "FluxPipeline",              true,  false, 16,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer", N::kDiffusers, /*control_images=*/true},
     };
     // clang-format on
     return kTable;

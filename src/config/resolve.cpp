@@ -228,22 +228,39 @@ class Resolver {
         }
     }
 
-    // Control images: an arch that edits a source image (Kontext) takes them; on any other a
-    // dataset's pairs would be left out of training without a word, so they are refused, and a
-    // preview's control image is said to be unused.
+    // Control images: an arch that edits a source image (Kontext) or conditions on one (Flex.2)
+    // takes them; on any other a dataset's pairs would be left out of training without a word,
+    // so they are refused, and a preview's control image is said to be unused. Flex.2's control
+    // dropout and a guidance bypass on a model without the guidance embedding are said not to
+    // apply.
     void resolve_control_keys(ProcessConfig& p, const std::string& path) {
         // An arch loom cannot train yet is already warned; its pairs are not refused here.
         if (!p.choices.arch) return;
         const std::string& arch = *p.model.arch;
         const bool takes_controls = arch_info(*p.choices.arch).control_images;
+        if (p.model.model_kwargs.control_dropout > 0 && *p.choices.arch != Arch::kFlex2) {
+            const std::string key = path + ".model.model_kwargs.control_dropout";
+            warn(DiagnosticKind::kNote, key,
+                 key + " is Flex.2's (arch flex2); '" + arch + "' does not use it");
+            p.model.model_kwargs.control_dropout = 0;
+        }
+        if (p.train.bypass_guidance_embedding &&
+            arch_info(*p.choices.arch).guidance != GuidanceKind::kDistilledEmbedding) {
+            const std::string key = path + ".train.bypass_guidance_embedding";
+            warn(DiagnosticKind::kNote, key,
+                 key + " does not apply to '" + arch + "': it has no guidance embedding");
+            p.train.bypass_guidance_embedding = false;
+        }
         for (std::size_t i = 0; i < p.datasets.size(); ++i) {
             const std::string key = path + ".datasets." + std::to_string(i) + ".control_path";
             const std::size_t folders = p.datasets[i].control_path.size();
             if (folders > 0 && !takes_controls) {
-                fail(key, key + " pairs control images, which only flux_kontext trains on; '" +
+                fail(key, key +
+                              " pairs control images, which only flux_kontext and flex2 train "
+                              "on; '" +
                               arch +
                               "' would leave them out: set model.arch: flux_kontext for a "
-                              "Kontext model, or remove control_path");
+                              "Kontext model (flex2 for Flex.2), or remove control_path");
             }
             if (folders > 1) {
                 fail(key, key + " lists " + std::to_string(folders) + " folders; '" + arch +

@@ -3,6 +3,7 @@
 #include "loom/core/error.h"
 #include "loom/model/chroma/chroma_family.h"
 #include "loom/model/family_registry.h"
+#include "loom/model/flux/flex2_channels.h"
 #include "loom/model/flux/flux_family.h"
 #include "loom/model/loading/diffusers_folder.h"
 #include "loom/model/sd/sd_family.h"
@@ -48,6 +49,16 @@ config::Arch detect_arch(const DiffusersFolder& folder) {
         // WanPipeline: Wan 2.2 14B lists its low-noise expert as transformer_2 (Wan 2.1's
         // model_index.json has it null, or not at all).
         return folder.has("transformer_2") ? config::Arch::kWan22_14b : config::Arch::kWan21;
+    }
+    if (archs.front() == config::Arch::kFlux) {
+        // FluxPipeline: Flex.2's transformer takes its inpaint and control channels too. A folder
+        // without its transformer's config is Flux's, refused by the loader naming what is missing.
+        const std::filesystem::path transformer = folder.root / "transformer" / "config.json";
+        std::error_code ec;
+        return std::filesystem::exists(transformer, ec) &&
+                       is_flex2_transformer(read_flux_config(transformer))
+                   ? config::Arch::kFlex2
+                   : config::Arch::kFlux;
     }
     if (archs.front() != config::Arch::kSd1) return archs.front();
     // StableDiffusionPipeline: SD 1.x's CLIP ViT-L is 768 wide, SD 2.x's OpenCLIP ViT-H 1024.

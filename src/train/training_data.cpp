@@ -6,6 +6,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
+#include "loom/data/rng.h"
 #include "train_log.h"
 
 namespace loom {
@@ -14,6 +15,7 @@ TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts mode
                            const guard::Plan& plan, std::filesystem::path run_root,
                            std::uint64_t seed, int ranks)
     : divisibility_(model.divisibility),
+      control_dropout_(process.model.model_kwargs.control_dropout),
       cache_identity_(std::move(model.identity)),
       run_root_(std::move(run_root)) {
     std::size_t first_image = 0;
@@ -222,6 +224,16 @@ std::string TrainingData::caption(const data::StepSlot& slot,
     const TrainingItem& it = items_.at(slot.item);
     data::Rng rng = batches.at(slot.batch).slot_rng(seed, slot.k);
     return data::process_caption(it.image->caption, caption_options_.at(it.dataset), rng);
+}
+
+bool TrainingData::control_dropped(const data::StepSlot& slot,
+                                   const std::vector<data::Batch>& batches,
+                                   std::uint64_t seed) const {
+    if (control_dropout_ <= 0) return false;
+    // Another stream than the caption's (which draws from slot_rng(seed, k)).
+    constexpr std::uint64_t kControlStream = 0x636f6e74726f6cULL;  // "control"
+    data::Rng rng = batches.at(slot.batch).slot_rng(seed ^ kControlStream, slot.k);
+    return data::uniform01(rng) < control_dropout_;
 }
 
 }  // namespace loom

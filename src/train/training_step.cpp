@@ -172,8 +172,12 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     for (const data::StepSlot& slot : micro.slots) {
         latents.push_back(parts_.data.latent(slot.item, micro.bucket, parts_.encode_latent));
         if (parts_.data.has_controls()) {
-            controls.push_back(
-                parts_.data.control_latent(slot.item, micro.bucket, parts_.encode_latent));
+            at::Tensor control =
+                parts_.data.control_latent(slot.item, micro.bucket, parts_.encode_latent);
+            // A dropped control trains as "no control image": Flex.2's zero channels.
+            if (parts_.data.control_dropped(slot, batches, seed_))
+                control = at::zeros_like(control);
+            controls.push_back(control);
         }
         const std::string caption = parts_.data.caption(slot, batches, seed_);
         const TextConditioning c =

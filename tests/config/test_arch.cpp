@@ -29,7 +29,7 @@ TEST(ArchTable, OneRowPerArchInTheEnumsOrderAndNamesRoundTrip) {
 
 TEST(ArchTable, AiToolkitArchsLoomDoesNotBuildAreKnownButHaveNoRow) {
     for (const char* name :
-         {"sd3", "chroma_radiance", "wan22_5b", "qwen_image", "zimage", "flex2"}) {
+         {"sd3", "chroma_radiance", "wan22_5b", "qwen_image", "zimage", "flex1"}) {
         EXPECT_TRUE(is_ai_toolkit_arch(name)) << name;
         EXPECT_FALSE(find_arch(name).has_value()) << name;
     }
@@ -64,8 +64,16 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_EQ(kontext.guidance, GuidanceKind::kDistilledEmbedding);
     EXPECT_STREQ(kontext.lora_prefix, flux.lora_prefix);
     for (const ArchInfo& row : arch_table()) {
-        EXPECT_EQ(row.control_images, row.arch == Arch::kFluxKontext) << row.name;
+        EXPECT_EQ(row.control_images, row.arch == Arch::kFluxKontext || row.arch == Arch::kFlex2)
+            << row.name;
     }
+    // Flex.2: Flux's family, pipeline class and LoRA layout; its folder tells it by its
+    // transformer's channels (model/family.h detect_arch).
+    const ArchInfo& flex2 = arch_info(Arch::kFlex2);
+    EXPECT_EQ(flex2.family, FamilyKind::kFlux);
+    EXPECT_STREQ(flex2.pipeline_class, "FluxPipeline");
+    EXPECT_EQ(flex2.bucket_divisibility, 16);  // ai-toolkit's Flex2
+    EXPECT_STREQ(flex2.lora_prefix, "transformer");
     // Chroma: its own family (no CLIP, real CFG), LoRA files in BFL's Flux names, as ai-toolkit.
     const ArchInfo& chroma = arch_info(Arch::kChroma);
     EXPECT_EQ(chroma.family, FamilyKind::kChroma);
@@ -74,11 +82,12 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_EQ(chroma.bucket_divisibility, 32);  // ai-toolkit's ChromaModel
     EXPECT_STREQ(chroma.lora_prefix, "diffusion_model");
     EXPECT_EQ(chroma.lora_module_names, LoRAModuleNames::kFluxOriginal);
-    EXPECT_EQ(trainable_arch_list(), "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma");
+    EXPECT_EQ(trainable_arch_list(),
+              "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2");
 }
 
 TEST(ArchTable, PipelineClassesMapToTheirArchs) {
-    EXPECT_EQ(archs_of_pipeline("FluxPipeline"), std::vector<Arch>{Arch::kFlux});
+    EXPECT_EQ(archs_of_pipeline("FluxPipeline"), (std::vector<Arch>{Arch::kFlux, Arch::kFlex2}));
     EXPECT_EQ(archs_of_pipeline("FluxKontextPipeline"), std::vector<Arch>{Arch::kFluxKontext});
     // SD 1.x and 2.x share a pipeline class; the loader tells them apart by the text encoder.
     EXPECT_EQ(archs_of_pipeline("StableDiffusionPipeline"),

@@ -104,7 +104,7 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:7:15: config.process.0.device must be cpu, sim, cuda or cuda:N, got 'gpu0'"},
         {"arch_unknown", minimal_job_with("        arch: sd15\n"),
          "job.yaml:12:15: config.process.0.model.arch 'sd15' is not an ai-toolkit architecture "
-         "(loom trains sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma)"},
+         "(loom trains sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2)"},
 
         // ---- missing required keys -----------------------------------------------------------
         {"missing_job", "config:\n  name: t\n",
@@ -191,8 +191,8 @@ std::vector<ErrorCase> error_cases() {
          replace(kMinimalJob, "        - folder_path: data\n",
                  "        - folder_path: data\n          control_path: ctrl\n"),
          "job.yaml:10:25: config.process.0.datasets.0.control_path pairs control images, which "
-         "only flux_kontext trains on; 'sd1' would leave them out: set model.arch: flux_kontext "
-         "for a Kontext model, or remove control_path"},
+         "only flux_kontext and flex2 train on; 'sd1' would leave them out: set model.arch: "
+         "flux_kontext for a Kontext model (flex2 for Flex.2), or remove control_path"},
         {"control_path_of_several_folders_on_kontext",
          replace(minimal_job_with("        arch: flux_kontext\n"), "        - folder_path: data\n",
                  "        - folder_path: data\n          control_path: [ctrl, ctrl2]\n"),

@@ -247,7 +247,7 @@ TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
     EXPECT_EQ(loaded.warnings[0].to_string(),
               "job.yaml:12:15: warning: config.process.0.model.arch 'qwen_image' is an "
               "ai-toolkit architecture that loom cannot train yet (loom trains sd1, sdxl, flux, "
-              "wan21, wan22_14b, flux_kontext, chroma)");
+              "wan21, wan22_14b, flux_kontext, chroma, flex2)");
 }
 
 TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {

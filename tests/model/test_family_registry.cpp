@@ -94,6 +94,14 @@ TEST(DetectModelArch, AFolderOfAnotherPipelineIsRefusedNamingItsIndex) {
     }
     std::ofstream(dir / "model_index.json") << R"({"_class_name": "FluxPipeline"})";
     EXPECT_EQ(detect_model_arch(dir.path()), config::Arch::kFlux);
+    // A FluxPipeline whose transformer takes Flex.2's 196 channels and gives 64 is Flex.2's.
+    std::filesystem::create_directories(dir / "transformer");
+    std::ofstream(dir / "transformer" / "config.json")
+        << R"({"_class_name": "FluxTransformer2DModel", "in_channels": 196, "out_channels": 64})";
+    EXPECT_EQ(detect_model_arch(dir.path()), config::Arch::kFlex2);
+    std::ofstream(dir / "transformer" / "config.json")
+        << R"({"_class_name": "FluxTransformer2DModel", "in_channels": 64})";
+    EXPECT_EQ(detect_model_arch(dir.path()), config::Arch::kFlux);
 }
 
 }  // namespace

@@ -24,6 +24,11 @@ tokenizer it built. Writes under OUT:
                  mask, and the text mask it returns)
   cases/chroma_pipeline.*: ChromaPipeline's images for two seeded prompts with a negative prompt
                  and real classifier-free guidance (the settings in .json)
+  flex2/         a FluxPipeline folder of Flex.2's shape (issue 40): the transformer takes 196
+                 channels (latents, inpaint latent, mask, control latent; packed) and gives 64
+  cases/flex2_predict.*: ai-toolkit's Flex.2 prediction (Flex2.condition_noisy_latents without
+                 inpaint images, then get_noise_prediction), with a control latent and the
+                 guidance embedding bypassed, and without a control at guidance 1
 Everything is float32 on the CPU.
 """
 import json
@@ -137,6 +142,7 @@ def build(out, cases, clip_encoder, clip_tokenizer, t5_encoder, t5_tokenizer):
                    "guidance": 3.5, "max_sequence_length": PROMPT_TOKENS}, f)
     build_kontext(out, cases, pipe, prompts[:2])
     build_chroma(out, cases, pipe, prompts)
+    build_flex2(out, cases, pipe)
 
 
 def chroma_mask(lengths, tokens, image_tokens):
@@ -200,6 +206,65 @@ def build_chroma_transformer_case(model, cases):
               "timestep": torch.tensor([0.3, 0.95]), "img_ids": img_ids,
               "txt_ids": torch.zeros(tokens, 3), "attention_mask": mask}
     save_case(cases, "chroma_transformer", inputs, {"sample": model(**inputs).sample})
+
+
+def flex2_prediction(model, noisy, control, context, pooled, timesteps, bypass):
+    """ai-toolkit's Flex.2 step (extensions_built_in/flex2/flex2.py; ai-toolkit is not on PyPI):
+    condition_noisy_latents without an inpaint image (zeros and a mask of ones, "inpaint
+    everything") and with `control` latents (zeros when None) on the channels, then
+    get_noise_prediction: packed, guidance 1, and with `bypass` the guidance embedding left out
+    as toolkit/models/flux.py's bypass_flux_guidance does (timestep and pooled text only)."""
+    b, c, h, w = noisy.shape
+    inpaint = torch.cat((torch.zeros_like(noisy), torch.ones_like(noisy[:, :1])), dim=1)
+    ctrl = torch.zeros_like(noisy) if control is None else control
+    latents = torch.cat((noisy, torch.cat((inpaint, ctrl), dim=1)), dim=1)
+    packed = FluxPipeline._pack_latents(latents, b, latents.shape[1], h, w)
+    img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, "cpu", torch.float32)
+    embed = model.time_text_embed
+    original = embed.forward
+    if bypass:
+        def bypass_forward(timestep, guidance, pooled_projection):
+            t = embed.timestep_embedder(embed.time_proj(timestep).to(pooled_projection.dtype))
+            return t + embed.text_embedder(pooled_projection)
+        embed.forward = bypass_forward
+    try:
+        out = model(hidden_states=packed, encoder_hidden_states=context, pooled_projections=pooled,
+                    timestep=timesteps / 1000, img_ids=img_ids,
+                    txt_ids=torch.zeros(context.shape[1], 3), guidance=torch.ones(b)).sample
+    finally:
+        embed.forward = original
+    return out.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+
+
+@torch.no_grad()
+def build_flex2(out, cases, flux):
+    torch.manual_seed(34)
+    model = FluxTransformer2DModel(patch_size=1, in_channels=4 * (3 * LATENT_CHANNELS + 1),
+                                   out_channels=4 * LATENT_CHANNELS, num_layers=2,
+                                   num_single_layers=2, attention_head_dim=16,
+                                   num_attention_heads=2, joint_attention_dim=32,
+                                   pooled_projection_dim=32, guidance_embeds=True,
+                                   axes_dims_rope=(4, 6, 6)).eval()
+    for p in model.parameters():
+        p.mul_(2.0)
+    flex2 = FluxPipeline(scheduler=scheduler(), vae=flux.vae, text_encoder=flux.text_encoder,
+                         tokenizer=flux.tokenizer, text_encoder_2=flux.text_encoder_2,
+                         tokenizer_2=flux.tokenizer_2, transformer=model)
+    flex2.save_pretrained(os.path.join(out, "flex2"), safe_serialization=True)
+
+    g = torch.Generator().manual_seed(42)
+    noisy = torch.randn(2, LATENT_CHANNELS, 8, 12, generator=g)
+    control = torch.randn(2, LATENT_CHANNELS, 8, 12, generator=g)
+    text = torch.randn(2, 7, 32, generator=g)
+    pooled = torch.randn(2, 32, generator=g)
+    timesteps = torch.tensor([300.0, 950.0])
+    inputs = {"noisy": noisy, "control": control, "context": text, "pooled": pooled,
+              "timesteps": timesteps}
+    save_case(cases, "flex2_predict", inputs, {
+        "bypassed_with_control": flex2_prediction(model, noisy, control, text, pooled, timesteps,
+                                                  bypass=True),
+        "guided_without_control": flex2_prediction(model, noisy, None, text, pooled, timesteps,
+                                                   bypass=False)})
 
 
 def kontext_prediction(model, noisy, control, context, pooled, timesteps):

@@ -18,7 +18,7 @@
 namespace loom::config {
 
 // The archs loom builds (loads, and trains where the row says so).
-enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b, kFluxKontext, kChroma };
+enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b, kFluxKontext, kChroma, kFlex2 };
 
 // The family implementation an arch is trained through (model/family.h).
 enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22, kChroma };
@@ -60,7 +60,8 @@ struct ArchInfo {
     const char* lora_prefix;
     LoRAModuleNames lora_module_names;
     // Datasets pair each image with a control image (datasets[].control_path) and previews take
-    // one (a prompt's --ctrl_img): Flux.1 Kontext edits the control into the target.
+    // one (a prompt's --ctrl_img): Flux.1 Kontext edits the control into the target, Flex.2
+    // takes it as its control channels.
     bool control_images = false;
 };
 

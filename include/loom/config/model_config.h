@@ -20,17 +20,22 @@ struct ModelKwargs {
     // at least one).
     bool train_high_noise = true;
     bool train_low_noise = true;
+    // Flex.2: the chance that an item trains with its control channels zeroed (no control
+    // image), as ai-toolkit's Flex2.condition_noisy_latents drops it.
+    double control_dropout = 0;
 
     template <class V>
     static void fields(V& v) {
         v("train_high_noise", &ModelKwargs::train_high_noise);
         v("train_low_noise", &ModelKwargs::train_low_noise);
+        v("control_dropout", &ModelKwargs::control_dropout, AtLeast{0}, AtMost{1});
         // The other families' model_kwargs ai-toolkit reads (Flex.2's inpainting, HiDream's
-        // Llama, Qwen-Image-Edit's sizes, ...): each warned about where it is written, as a key
-        // of a family loom does not build.
+        // Llama, Qwen-Image-Edit's sizes, ...): each warned about where it is written. Flex.2's
+        // inpainting keys act on inpaint images (datasets' inpaint_path), which loom does not
+        // read yet: without them ai-toolkit's inpaint channels are the no-inpaint input these
+        // keys leave alone.
         v.not_yet({"invert_inpaint_mask_chance",
                    "inpaint_dropout",
-                   "control_dropout",
                    "inpaint_random_chance",
                    "do_random_inpainting",
                    "random_blur_mask",

@@ -80,6 +80,9 @@ struct TrainConfig {
     std::string dtype = "fp32";
     std::string noise_scheduler = "ddpm";
     std::string timestep_type = "sigmoid";
+    // A guidance-distilled Flux transformer (dev, Kontext, Flex.2) trains without its guidance
+    // embedding: the timestep and pooled text alone (ai-toolkit's bypass_flux_guidance).
+    bool bypass_guidance_embedding = false;
     std::string content_or_style = "balanced";
     int min_denoising_steps = 0;
     int max_denoising_steps = 999;
@@ -132,6 +135,7 @@ struct TrainConfig {
           OneOf{{"sigmoid", "linear", "weighted", "shift", "flux_shift", "lumina2_shift",
                  "lognorm_blend", "next_sample", "one_step", "two_step", "four_step",
                  "eight_step"}});
+        v("bypass_guidance_embedding", &TrainConfig::bypass_guidance_embedding);
         v("content_or_style", &TrainConfig::content_or_style,
           OneOf{{"balanced", "content", "style"}});
         v("min_denoising_steps", &TrainConfig::min_denoising_steps, AtLeast{0}, AtMost{999});
@@ -225,7 +229,6 @@ struct TrainConfig {
                    "cfg_scale",
                    "max_cfg_scale",
                    "cfg_rescale",
-                   "bypass_guidance_embedding",
                    "do_guidance_loss",
                    "guidance_loss_target",
                    "guidance_loss_schedule",

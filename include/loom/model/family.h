@@ -151,6 +151,9 @@ struct FamilyLoadOptions {
     // A denoiser of several experts: which ones train (Wan 2.2: model.model_kwargs'
     // train_high_noise, train_low_noise); empty: all of them. Others ignore it.
     std::vector<bool> trained_experts;
+    // A guidance-distilled Flux transformer trains without its guidance embedding
+    // (train.bypass_guidance_embedding); previews keep it. Others ignore it.
+    bool bypass_guidance_embedding = false;
 };
 
 struct DiffusersFolder;

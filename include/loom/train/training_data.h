@@ -90,6 +90,11 @@ class TrainingData {
     // Whether the items pair with control images: all do, or none (the constructor refuses a
     // mix, which could not share a batch).
     bool has_controls() const { return has_controls_; }
+    // Whether the item in `slot` of this step trains without its control image (Flex.2's
+    // model_kwargs.control_dropout): drawn from the slot's own generator as caption dropout is,
+    // on a stream of its own, so a retried or resumed step drops the same items.
+    bool control_dropped(const data::StepSlot& slot, const std::vector<data::Batch>& batches,
+                         std::uint64_t seed) const;
     // Every item's latent (and control latent) at its bucket (the cache phase). After an OOM,
     // the retry skips what is already cached.
     void cache_all_latents(const LatentEncode& encode);
@@ -125,6 +130,7 @@ class TrainingData {
     bool cache_disk_latents_ = false;
     bool cache_text_ = false;
     bool has_controls_ = false;
+    double control_dropout_ = 0;
     std::string cache_identity_;
     std::filesystem::path run_root_;
 };

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "loom/core/error.h"
+#include "loom/model/flux/flex2_channels.h"
 #include "loom/model/flux/flux_preview_sampler.h"
 
 namespace loom {
@@ -11,7 +12,8 @@ std::unique_ptr<ModelFamily> FluxFamily::load(const std::filesystem::path& root,
                                               const FamilyLoadOptions& options) {
     FluxLoadOptions o;
     o.dtype = options.dtype;
-    return std::make_unique<FluxFamily>(load_flux(root, o), arch);
+    return std::make_unique<FluxFamily>(load_flux(root, o), arch,
+                                        options.bypass_guidance_embedding);
 }
 
 std::vector<torch::nn::Module*> FluxFamily::encoders() {
@@ -73,14 +75,15 @@ at::Tensor FluxFamily::predict(const at::Tensor& noisy, const at::Tensor& timest
     const int64_t width = noisy.size(3);
     const auto on_device = at::TensorOptions().device(noisy.device());
     FluxInputs in;
-    in.hidden_states = flux_pack_latents(noisy);
+    const bool flex2 = model_.flex2();
+    in.hidden_states = flux_pack_latents(flex2 ? flex2_channels(noisy, c.control) : noisy);
     const int64_t target_tokens = in.hidden_states.size(1);
     in.encoder_hidden_states = c.context;
     in.pooled_projections = c.pooled;
     // The transformer takes sigma (t / 1000) and scales it back inside, as ai-toolkit passes it.
     in.timestep = timesteps.to(at::kFloat) / 1000;
     in.img_ids = flux_image_ids(height, width, on_device);
-    if (c.control.defined()) {
+    if (c.control.defined() && !flex2) {
         // Kontext: the clean control latents follow the noisy target on the sequence, their ids
         // marked 1 on the first axis; only the target's tokens are predicted (and so carry the
         // loss), as ai-toolkit's flux_kontext trims the output.
@@ -92,6 +95,7 @@ at::Tensor FluxFamily::predict(const at::Tensor& noisy, const at::Tensor& timest
     in.txt_ids = flux_text_ids(c.context.size(1), on_device);
     if (model_.guidance_distilled()) {
         in.guidance = at::full({batch}, kTrainingGuidance, on_device.dtype(at::kFloat));
+        in.bypass_guidance_embedding = bypass_guidance_;
     }
     const at::Tensor out = model_.transformer->forward(in);
     return flux_unpack_latents(out.narrow(1, 0, target_tokens), height, width);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "loom/core/error.h"
+#include "loom/model/flux/flex2_channels.h"
 #include "loom/model/loading/weight_files.h"
 #include "loom/model/text/clip_text_model.h"
 #include "loom/model/vae/autoencoder_kl.h"
@@ -14,6 +15,10 @@ namespace loom {
 bool is_flux_pipeline(const DiffusersFolder& folder) {
     return folder.pipeline_class == "FluxPipeline" ||
            folder.pipeline_class == "FluxKontextPipeline";
+}
+
+bool FluxModel::flex2() const {
+    return is_flex2_transformer(transformer->config());
 }
 
 FluxTransformer2DModel load_flux_transformer(const DiffusersFolder& folder, at::ScalarType dtype) {

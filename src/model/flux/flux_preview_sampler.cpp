@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "loom/core/error.h"
+#include "loom/model/flux/flex2_channels.h"
 #include "loom/model/schedules/flow_match.h"
 
 namespace loom {
@@ -34,8 +35,23 @@ at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts
         in.guidance = at::full({batch}, guidance, at::TensorOptions().device(device));
     }
     const VAEConfig& vc = model.vae->config();
-    at::Tensor control_tokens;
-    if (control.defined()) {
+    at::Tensor control_tokens;  // Kontext: joined on the sequence
+    at::Tensor channel_tokens;  // Flex.2: beside the latents on each token
+    if (model.flex2()) {
+        // The no-inpaint input and the control image's latents (the distribution's mode, where
+        // Flex2Pipeline draws a sample), or zeros: packed once, the latents' slots left out.
+        at::Tensor control_latents;
+        if (control.defined()) {
+            const at::ScalarType vae_dtype = model.vae->parameters().front().scalar_type();
+            const at::Tensor z = model.vae->encode(control.to(device).to(vae_dtype)).mean;
+            control_latents = scaled_latents(vc, z.to(at::kFloat));
+        }
+        const at::Tensor packed = flux_pack_latents(
+            flex2_channels(at::zeros_like(noise, noise.options().device(device)), control_latents));
+        const int64_t latent_width = latents.size(2);
+        channel_tokens =
+            packed.narrow(2, latent_width, packed.size(2) - latent_width).to(dtype).contiguous();
+    } else if (control.defined()) {
         // Kontext: the control image's latents (the distribution's mode, scaled as training
         // latents are) join every step's sequence after the target's, ids marked 1.
         const at::ScalarType vae_dtype = model.vae->parameters().front().scalar_type();
@@ -53,6 +69,9 @@ at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts
         in.hidden_states = latents.to(dtype);
         if (control_tokens.defined()) {
             in.hidden_states = at::cat({in.hidden_states, control_tokens}, 1);
+        }
+        if (channel_tokens.defined()) {
+            in.hidden_states = at::cat({in.hidden_states, channel_tokens}, 2);
         }
         const at::Tensor velocity = transformer.forward(in).narrow(1, 0, target_tokens);
         latents = sampler.step(velocity.to(at::kFloat), i, latents);

@@ -226,7 +226,7 @@ at::Tensor FluxTransformer2DModelImpl::forward(const FluxInputs& in) {
         return embedder(timestep_embedding(scaled, 256, true, 0.0).to(pooled_dtype));
     };
     at::Tensor temb = embed_time(timestep_embedder, in.timestep);
-    if (config_.guidance_embeds) {
+    if (config_.guidance_embeds && !in.bypass_guidance_embedding) {
         TORCH_CHECK(in.guidance.defined(),
                     "this Flux transformer has a guidance embedding (dev): pass a guidance scale");
         temb = temb + embed_time(guidance_embedder, in.guidance);

@@ -3,7 +3,10 @@
 // Flux.1 (dev and schnell) as a model family (model/family.h): the transformer over 2x2-packed
 // latents is the denoiser, flow matching the objective, T5 (per-token) and CLIP-L (pooled) the
 // text encoders, the FluxPipeline's flow-matching Euler loop the previews. Training passes the
-// guidance embedding a scale of 1.0 (dev), as ai-toolkit does; schnell has none.
+// guidance embedding a scale of 1.0 (dev), as ai-toolkit does, or bypasses it
+// (train.bypass_guidance_embedding); schnell has none. Kontext joins its control latents on
+// the sequence; Flex.2 takes its inpaint and control channels beside the latents
+// (flux/flex2_channels.h), its output the latents' velocity alone.
 //
 // ref: ai-toolkit toolkit/models/flux.py and SDTrainer (guidance_embedding_scale 1.0, T5 at 512
 //      tokens), diffusers pipelines/flux/pipeline_flux.py
@@ -34,7 +37,8 @@ class FluxFamily final : public ModelFamily {
     // The distilled guidance scale a dev transformer sees in training.
     static constexpr double kTrainingGuidance = 1.0;
 
-    FluxFamily(FluxModel model, config::Arch arch) : model_(std::move(model)), arch_(arch) {}
+    FluxFamily(FluxModel model, config::Arch arch, bool bypass_guidance_embedding = false)
+        : model_(std::move(model)), arch_(arch), bypass_guidance_(bypass_guidance_embedding) {}
 
     FluxModel& model() { return model_; }
 
@@ -67,6 +71,7 @@ class FluxFamily final : public ModelFamily {
   private:
     FluxModel model_;
     config::Arch arch_;
+    bool bypass_guidance_ = false;  // train.bypass_guidance_embedding: training only
 };
 
 }  // namespace loom

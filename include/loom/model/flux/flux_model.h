@@ -42,6 +42,9 @@ struct FluxModel {
 
     // dev has the guidance embedding; schnell does not.
     bool guidance_distilled() const { return transformer->config().guidance_embeds; }
+    // Flex.2: the transformer takes the inpaint and control channels beside the latents
+    // (flux/flex2_channels.h).
+    bool flex2() const;
 
     // As FluxPipeline.encode_prompt with prompt_2 = prompt: context is T5's last hidden state of
     // the prompt padded to `max_sequence_length` tokens (no attention mask), text_embeds CLIP's

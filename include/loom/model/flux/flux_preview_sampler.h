@@ -24,7 +24,8 @@ namespace loom {
 // it: images [B, 3, 8h, 8w] (the VAE's factor) in about [-1, 1]. `guidance` is the distilled
 // guidance scale (ignored by schnell); T5 reads `max_sequence_length` tokens. `control`, when
 // defined, is Kontext's control image per prompt ([B, 3, H, W] in [-1, 1]), encoded and joined
-// on the sequence as FluxKontextPipeline does.
+// on the sequence as FluxKontextPipeline does; for Flex.2 it is encoded into the control
+// channels (flux/flex2_channels.h), which are zeros without one, as Flex2Pipeline does.
 at::Tensor flux_sample(FluxModel& model, const std::vector<std::string>& prompts,
                        const at::Tensor& noise, int64_t steps, double guidance,
                        std::size_t max_sequence_length, const at::Tensor& control = {});

@@ -141,6 +141,9 @@ struct FluxInputs {
     at::Tensor img_ids;                // [S, 3]
     at::Tensor txt_ids;                // [T, 3]
     at::Tensor guidance;               // [B] guidance scale (dev); undefined for schnell
+    // dev without its guidance embedding: the conditioning is the timestep's and the pooled
+    // text's embeddings only (ai-toolkit's guidance_embed_bypass_forward); guidance unused.
+    bool bypass_guidance_embedding = false;
 };
 
 class FluxTransformer2DModelImpl : public torch::nn::Module {
