@@ -9,6 +9,7 @@
 #include "command.h"
 #include "loom/core/error.h"
 #include "loom/core/exit_codes.h"
+#include "loom/data/dataset.h"
 #include "loom/device/faults.h"
 #include "loom/device/oom_classify.h"
 #include "loom/guard/log_wording.h"
@@ -86,6 +87,10 @@ int main(int argc, char** argv) {
         std::cerr << "error: " << e.what() << "\n";
         return loom::to_int(loom::ExitCode::kInputError);
     } catch (const loom::FormatError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return loom::to_int(loom::ExitCode::kInputError);
+    } catch (const loom::data::DatasetError& e) {
+        // A dataset loom cannot train on (missing, empty, a pair missing): bad input files.
         std::cerr << "error: " << e.what() << "\n";
         return loom::to_int(loom::ExitCode::kInputError);
     } catch (const std::exception& e) {

@@ -238,11 +238,30 @@ class Resolver {
         if (!p.choices.arch) return;
         const std::string& arch = *p.model.arch;
         const bool takes_controls = arch_info(*p.choices.arch).control_images;
-        if (p.model.model_kwargs.control_dropout > 0 && *p.choices.arch != Arch::kFlex2) {
-            const std::string key = path + ".model.model_kwargs.control_dropout";
-            warn(DiagnosticKind::kNote, key,
-                 key + " is Flex.2's (arch flex2); '" + arch + "' does not use it");
-            p.model.model_kwargs.control_dropout = 0;
+        ModelKwargs& kwargs = p.model.model_kwargs;
+        for (auto [name, value] :
+             {std::pair{"control_dropout", &kwargs.control_dropout},
+              std::pair{"inpaint_dropout", &kwargs.inpaint_dropout},
+              std::pair{"invert_inpaint_mask_chance", &kwargs.invert_inpaint_mask_chance}}) {
+            if (*value > 0 && *p.choices.arch != Arch::kFlex2) {
+                const std::string key = path + ".model.model_kwargs." + name;
+                warn(DiagnosticKind::kNote, key,
+                     key + " is Flex.2's (arch flex2); '" + arch + "' does not use it");
+                *value = 0;
+            }
+        }
+        for (std::size_t i = 0; i < p.datasets.size(); ++i) {
+            const std::string key = path + ".datasets." + std::to_string(i) + ".inpaint_path";
+            if (p.datasets[i].has_inpaint() && *p.choices.arch != Arch::kFlex2) {
+                fail(key, key + " pairs inpaint images, which only flex2 trains on; '" + arch +
+                              "' would leave them out: set model.arch: flex2 for a Flex.2 "
+                              "model, or remove inpaint_path");
+            }
+            if (p.datasets[i].inpaint_path.size() > 1) {
+                fail(key, key + " lists " + std::to_string(p.datasets[i].inpaint_path.size()) +
+                              " folders; an inpaint image per training image pairs from one: "
+                              "keep one");
+            }
         }
         if (p.train.bypass_guidance_embedding &&
             arch_info(*p.choices.arch).guidance != GuidanceKind::kDistilledEmbedding) {

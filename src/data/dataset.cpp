@@ -63,8 +63,22 @@ struct Outcome {
     std::string fatal;
 };
 
-// control_path's image files by stem (a stem with several files is refused when used).
+// control_path's (or inpaint_path's) image files by stem (a stem with several files is refused
+// when used).
 using ControlFiles = std::map<std::string, std::vector<fs::path>>;
+
+// What an image pairs with: its control (source) image, or its inpaint image (whose alpha is
+// the mask), and the words its errors use.
+struct PairKind {
+    const char* key;   // "control_path"
+    const char* noun;  // "control image"
+    const char* add;   // what to add to the folder
+    bool alpha;        // the pair must have an alpha channel
+};
+constexpr PairKind kControlPair{"control_path", "control image", "its source image", false};
+constexpr PairKind kInpaintPair{"inpaint_path", "inpaint image",
+                                "the image with its inpaint area transparent (PNG or WebP alpha)",
+                                true};
 
 // The message of a FormatError/IoError about `path`, without the path it starts with (the skip
 // warning names the file once).
@@ -78,18 +92,20 @@ std::string without_path(const Error& e, const fs::path& path) {
 // The control image paired with `image` (scan_dataset's header says how), as a record; the
 // reason it cannot be in `error` otherwise.
 std::shared_ptr<const ImageRecord> control_of(const fs::path& image, const ControlFiles& controls,
-                                              const std::string& folder, std::string& error) {
+                                              const std::string& folder, std::string& error,
+                                              const PairKind& kind = kControlPair) {
     const auto found = controls.find(image.stem().string());
     if (found == controls.end()) {
-        error = image.string() + " has no control image in control_path " + folder +
+        error = image.string() + " has no " + kind.noun + " in " + kind.key + " " + folder +
                 " (looked for " + image.stem().string() +
-                " with .jpg, .jpeg, .png or .webp); add its source image there, remove the "
-                "image from the dataset, or drop datasets[].control_path to train without pairs";
+                " with .jpg, .jpeg, .png or .webp); add " + kind.add +
+                " there, remove the image from the dataset, or drop datasets[]." + kind.key +
+                " to train without pairs";
         return nullptr;
     }
     if (found->second.size() > 1) {
-        error = image.string() + " has " + std::to_string(found->second.size()) +
-                " control images in " + folder + " (" + found->second[0].string() + ", " +
+        error = image.string() + " has " + std::to_string(found->second.size()) + " " + kind.noun +
+                "s in " + folder + " (" + found->second[0].string() + ", " +
                 found->second[1].string() + "); keep one per stem";
         return nullptr;
     }
@@ -98,19 +114,22 @@ std::shared_ptr<const ImageRecord> control_of(const fs::path& image, const Contr
     record->path = path;
     std::string bytes, why;
     if (!read_bytes(path, bytes, why)) {
-        error = "cannot read control image " + path.string() + " of " + image.string() + " (" +
-                why + "); check that it is readable";
+        error = "cannot read " + std::string(kind.noun) + " " + path.string() + " of " +
+                image.string() + " (" + why + "); check that it is readable";
         return nullptr;
     }
     try {
         if (bytes.empty()) throw FormatError(path.string(), "the file is empty (0 bytes)");
-        const Image decoded = decode_image(bytes, path.string());
+        const Image decoded =
+            kind.alpha ? decode_alpha(bytes, path.string()) : decode_image(bytes, path.string());
         record->width = decoded.width;
         record->height = decoded.height;
         record->format = sniff_image_format(bytes);
     } catch (const Error& e) {
-        error = "control image " + path.string() + " of " + image.string() + ": " +
-                without_path(e, path) + "; replace it with a PNG, JPEG or WebP of the source";
+        error = std::string(kind.noun) + " " + path.string() + " of " + image.string() + ": " +
+                without_path(e, path) + "; replace it with " +
+                (kind.alpha ? "a PNG or WebP with an alpha channel"
+                            : "a PNG, JPEG or WebP of the source");
         return nullptr;
     }
     record->content_hash = sha256_hex(bytes);
@@ -118,7 +137,7 @@ std::shared_ptr<const ImageRecord> control_of(const fs::path& image, const Contr
 }
 
 Outcome examine(const fs::path& path, const config::DatasetConfig& cfg,
-                const ControlFiles* controls) {
+                const ControlFiles* controls, const ControlFiles* inpaints) {
     Outcome out;
     auto skip = [&](const std::string& why) {
         out.warning = "skipping " + path.string() + ": " + why;
@@ -182,34 +201,40 @@ Outcome examine(const fs::path& path, const config::DatasetConfig& cfg,
         record.control = control_of(path, *controls, cfg.control_path.front(), out.fatal);
         if (!record.control) return out;
     }
+    if (inpaints != nullptr) {
+        record.inpaint =
+            control_of(path, *inpaints, cfg.inpaint_path.front(), out.fatal, kInpaintPair);
+        if (!record.inpaint) return out;
+    }
     out.record = std::move(record);
     return out;
 }
 
-// control_path's image files (not its subfolders: ai-toolkit pairs by file name).
-ControlFiles list_controls(const config::DatasetConfig& cfg) {
-    if (cfg.control_path.size() > 1) {
-        throw DatasetError(cfg.folder_path,
-                           "datasets[].control_path lists " +
-                               std::to_string(cfg.control_path.size()) +
-                               " folders; a control image per training image pairs from one "
-                               "folder: keep one");
+// control_path's (or inpaint_path's) image files (not its subfolders: ai-toolkit pairs by file
+// name).
+ControlFiles list_controls(const config::DatasetConfig& cfg, const PairKind& kind = kControlPair) {
+    const std::vector<std::string>& folders = kind.alpha ? cfg.inpaint_path : cfg.control_path;
+    const std::string key = std::string("datasets[].") + kind.key;
+    if (folders.size() > 1) {
+        throw DatasetError(cfg.folder_path, key + " lists " + std::to_string(folders.size()) +
+                                                " folders; a " + kind.noun +
+                                                " per training image pairs from one folder: "
+                                                "keep one");
     }
-    const std::string& folder = cfg.control_path.front();
+    const std::string& folder = folders.front();
     if (cfg.is_video()) {
-        throw DatasetError(cfg.folder_path,
-                           "datasets[].control_path " + folder +
-                               " is set on a video dataset (num_frames > 1); control images "
-                               "pair with images only: drop control_path or num_frames");
+        throw DatasetError(cfg.folder_path, key + " " + folder +
+                                                " is set on a video dataset (num_frames > 1); " +
+                                                kind.noun + "s pair with images only: drop " +
+                                                kind.key + " or num_frames");
     }
     std::error_code ec;
     if (!fs::is_directory(folder, ec)) {
         throw DatasetError(cfg.folder_path,
-                           "datasets[].control_path " + folder +
+                           key + " " + folder +
                                (fs::exists(folder, ec) ? " is not a folder" : " does not exist") +
-                               "; set it to the folder of control (source) images, named as "
-                               "the images in " +
-                               cfg.folder_path);
+                               "; set it to the folder of " + kind.noun +
+                               "s, named as the images in " + cfg.folder_path);
     }
     ControlFiles out;
     for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
@@ -219,8 +244,8 @@ ControlFiles list_controls(const config::DatasetConfig& cfg) {
         out[p.stem().string()].push_back(p);
     }
     if (ec)
-        throw DatasetError(cfg.folder_path, "cannot list control_path " + folder + " (" +
-                                                ec.message() + "); check its permissions");
+        throw DatasetError(cfg.folder_path, std::string("cannot list ") + kind.key + " " + folder +
+                                                " (" + ec.message() + "); check its permissions");
     for (auto& [stem, files] : out) std::sort(files.begin(), files.end());
     return out;
 }
@@ -310,7 +335,7 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
     if (files.size() == unsupported) {
         if (unsupported > 0) {
             for (const fs::path& p : files) {
-                const Outcome o = examine(p, cfg, nullptr);
+                const Outcome o = examine(p, cfg, nullptr, nullptr);
                 log.warn("{}", o.warning);
                 if (options.on_warning) options.on_warning({p, o.warning});
             }
@@ -328,6 +353,9 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
 
     const std::optional<ControlFiles> controls =
         cfg.has_controls() ? std::optional<ControlFiles>(list_controls(cfg)) : std::nullopt;
+    const std::optional<ControlFiles> inpaints =
+        cfg.has_inpaint() ? std::optional<ControlFiles>(list_controls(cfg, kInpaintPair))
+                          : std::nullopt;
     // Decoding dominates: examine files on up to num_workers threads, report in sorted order.
     std::vector<Outcome> outcomes(files.size());
     const std::size_t threads =
@@ -335,7 +363,8 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
     std::atomic<std::size_t> next{0};
     auto work = [&] {
         for (std::size_t i = next++; i < files.size(); i = next++)
-            outcomes[i] = examine(files[i], cfg, controls ? &*controls : nullptr);
+            outcomes[i] = examine(files[i], cfg, controls ? &*controls : nullptr,
+                                  inpaints ? &*inpaints : nullptr);
     };
     std::vector<std::thread> pool;
     for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);

@@ -269,13 +269,67 @@ Image decode_image(std::string_view bytes, const std::string& name) {
     return std::move(d.image);
 }
 
-Image read_image(const std::filesystem::path& path) {
+namespace {
+
+// An image file's bytes; IoError naming it when it cannot be read.
+std::string image_file_bytes(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw IoError(path.string(), "cannot open the image: " + std::string(std::strerror(errno)));
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (in.bad()) throw IoError(path.string(), "cannot read the image");
-    return decode_image(bytes, path.string());
+    return bytes;
+}
+
+// The RGBA pixels' alpha, copied into R, G and B.
+Image alpha_image(const std::uint8_t* rgba, int w, int h) {
+    Image out(w, h);
+    for (std::size_t p = 0; p < std::size_t(w) * h; ++p) {
+        std::memset(&out.pixels[p * 3], rgba[p * 4 + 3], 3);
+    }
+    return out;
+}
+
+}  // namespace
+
+Image decode_alpha(std::string_view bytes, const std::string& name) {
+    // Validates the file as decode_image does (and names what is wrong), then reads its alpha.
+    decode_image(bytes, name);
+    const char* kNoAlpha =
+        "has no alpha channel; an inpaint image is a PNG or WebP whose alpha is 0 where the "
+        "model inpaints and 255 where it keeps the image";
+    const ImageFormat format = sniff_image_format(bytes);
+    if (format == ImageFormat::kPng) {
+        int w = 0, h = 0, channels = 0;
+        stbi_uc* data =
+            stbi_load_from_memory(bytes_of(bytes), int(bytes.size()), &w, &h, &channels, 4);
+        if (data == nullptr) throw FormatError(name, "the PNG image is corrupt");
+        std::unique_ptr<stbi_uc, void (*)(void*)> owner(data, stbi_image_free);
+        if (channels != 2 && channels != 4) throw FormatError(name, kNoAlpha);
+        return alpha_image(data, w, h);
+    }
+#if LOOM_HAVE_WEBP
+    if (format == ImageFormat::kWebp) {
+        WebPBitstreamFeatures features;
+        if (WebPGetFeatures(bytes_of(bytes), bytes.size(), &features) != VP8_STATUS_OK)
+            throw FormatError(name, "the WebP image is corrupt (its header is invalid)");
+        if (!features.has_alpha) throw FormatError(name, kNoAlpha);
+        const int w = features.width, h = features.height;
+        std::vector<std::uint8_t> rgba(std::size_t(w) * h * 4);
+        if (!WebPDecodeRGBAInto(bytes_of(bytes), bytes.size(), rgba.data(), rgba.size(), w * 4))
+            throw FormatError(name, "the WebP image is corrupt (libwebp cannot decode it)");
+        return alpha_image(rgba.data(), w, h);
+    }
+#endif
+    throw FormatError(name, kNoAlpha);
+}
+
+Image read_alpha(const std::filesystem::path& path) {
+    return decode_alpha(image_file_bytes(path), path.string());
+}
+
+Image read_image(const std::filesystem::path& path) {
+    return decode_image(image_file_bytes(path), path.string());
 }
 
 int jpeg_exif_orientation(std::string_view jpeg_bytes) {
@@ -292,6 +346,24 @@ std::string encode_png(const Image& image) {
     std::string out;
     if (!stbi_write_png_to_func(append_to_string, &out, image.width, image.height, 3,
                                 image.pixels.data(), image.width * 3))
+        throw Error("PNG encoding failed");
+    return out;
+}
+
+std::string encode_png_with_alpha(const Image& image, const std::vector<std::uint8_t>& alpha) {
+    check_encodable(image);
+    const std::size_t n = std::size_t(image.width) * image.height;
+    if (alpha.size() != n)
+        throw Error("cannot encode an alpha of " + std::to_string(alpha.size()) + " bytes for " +
+                    std::to_string(n) + " pixels");
+    std::vector<std::uint8_t> rgba(n * 4);
+    for (std::size_t p = 0; p < n; ++p) {
+        std::memcpy(&rgba[p * 4], &image.pixels[p * 3], 3);
+        rgba[p * 4 + 3] = alpha[p];
+    }
+    std::string out;
+    if (!stbi_write_png_to_func(append_to_string, &out, image.width, image.height, 4, rgba.data(),
+                                image.width * 4))
         throw Error("PNG encoding failed");
     return out;
 }

@@ -63,6 +63,7 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         captured.context_mask = static_copy(c.context_mask);
         captured.extra = static_copy(c.extra);
         captured.control = static_copy(c.control);
+        captured.inpaint = static_copy(c.inpaint);
         s.in = {static_copy(in.noisy), static_copy(in.timesteps), std::move(captured),
                 static_copy(in.target), in.weight};
         const auto options = in.target.options().dtype(at::kFloat);
@@ -80,6 +81,7 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         copy_into(s.in.conditioning.context_mask, in.conditioning.context_mask);
         copy_into(s.in.conditioning.extra, in.conditioning.extra);
         copy_into(s.in.conditioning.control, in.conditioning.control);
+        copy_into(s.in.conditioning.inpaint, in.conditioning.inpaint);
         copy_into(s.in.target, in.target);
         s.weight.fill_(in.weight);
     }

@@ -1,11 +1,15 @@
 #include "loom/train/training_data.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <limits>
 #include <set>
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
+#include "loom/data/image.h"
+#include "loom/data/image_tensor.h"
 #include "loom/data/rng.h"
 #include "train_log.h"
 
@@ -16,6 +20,8 @@ TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts mode
                            std::uint64_t seed, int ranks)
     : divisibility_(model.divisibility),
       control_dropout_(process.model.model_kwargs.control_dropout),
+      inpaint_dropout_(process.model.model_kwargs.inpaint_dropout),
+      invert_inpaint_chance_(process.model.model_kwargs.invert_inpaint_mask_chance),
       cache_identity_(std::move(model.identity)),
       run_root_(std::move(run_root)) {
     std::size_t first_image = 0;
@@ -39,18 +45,25 @@ TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts mode
     for (const data::DatasetItem& it : dataset_items_) {
         items_.push_back({it.dataset, images.at(it.image), it});
     }
-    // Paired datasets (control_path) and plain ones cannot share a batch: a step's control
-    // latents are one tensor beside its targets.
-    has_controls_ = process.datasets.front().has_controls();
-    for (std::size_t d = 0; d < process.datasets.size(); ++d) {
-        if (process.datasets[d].has_controls() != has_controls_) {
-            throw ConfigError(
-                "", "datasets." + std::to_string(d) + ".control_path",
-                "datasets." + std::to_string(d) + (has_controls_ ? " has no" : " has a") +
-                    " control_path while datasets.0 " + (has_controls_ ? "has one" : "has none") +
-                    ": give every dataset of the job its control images, or none");
+    // Paired datasets (control_path, inpaint_path) and plain ones cannot share a batch: a
+    // step's control latents (inpaint masks) are one tensor beside its targets.
+    auto all_or_none = [&](const char* key, const char* noun,
+                           bool (config::DatasetConfig::*has)() const) {
+        const bool first = (process.datasets.front().*has)();
+        for (std::size_t d = 1; d < process.datasets.size(); ++d) {
+            if ((process.datasets[d].*has)() == first) continue;
+            const std::string name = "datasets." + std::to_string(d);
+            throw ConfigError("", name + "." + key,
+                              name + (first ? " has no " : " has a ") + key + " while datasets.0 " +
+                                  (first ? "has one" : "has none") +
+                                  ": give every dataset of the job its " + noun + ", or none");
         }
-    }
+        return first;
+    };
+    has_controls_ =
+        all_or_none("control_path", "control images", &config::DatasetConfig::has_controls);
+    has_inpaint_ =
+        all_or_none("inpaint_path", "inpaint images", &config::DatasetConfig::has_inpaint);
     // One batch size for the whole data order: a per-dataset override applies when the datasets
     // agree on it (ai-toolkit batches inside each dataset; loom's buckets span them). The data
     // order follows the job's batch, never the plan's micro-batch, so a plan change does not
@@ -226,14 +239,48 @@ std::string TrainingData::caption(const data::StepSlot& slot,
     return data::process_caption(it.image->caption, caption_options_.at(it.dataset), rng);
 }
 
+namespace {
+
+// A draw below `chance` from the slot's generator on `stream` (not the caption's, which draws
+// from slot_rng(seed, k)).
+bool slot_chance(double chance, std::uint64_t stream, const data::StepSlot& slot,
+                 const std::vector<data::Batch>& batches, std::uint64_t seed) {
+    if (chance <= 0) return false;
+    data::Rng rng = batches.at(slot.batch).slot_rng(seed ^ stream, slot.k);
+    return data::uniform01(rng) < chance;
+}
+
+}  // namespace
+
 bool TrainingData::control_dropped(const data::StepSlot& slot,
                                    const std::vector<data::Batch>& batches,
                                    std::uint64_t seed) const {
-    if (control_dropout_ <= 0) return false;
-    // Another stream than the caption's (which draws from slot_rng(seed, k)).
-    constexpr std::uint64_t kControlStream = 0x636f6e74726f6cULL;  // "control"
-    data::Rng rng = batches.at(slot.batch).slot_rng(seed ^ kControlStream, slot.k);
-    return data::uniform01(rng) < control_dropout_;
+    return slot_chance(control_dropout_, 0x636f6e74726f6cULL /* "control" */, slot, batches, seed);
+}
+
+bool TrainingData::inpaint_dropped(const data::StepSlot& slot,
+                                   const std::vector<data::Batch>& batches,
+                                   std::uint64_t seed) const {
+    return slot_chance(inpaint_dropout_, 0x696e7061696e74ULL /* "inpaint" */, slot, batches, seed);
+}
+
+bool TrainingData::inpaint_inverted(const data::StepSlot& slot,
+                                    const std::vector<data::Batch>& batches,
+                                    std::uint64_t seed) const {
+    return slot_chance(invert_inpaint_chance_, 0x696e76657274ULL /* "invert" */, slot, batches,
+                       seed);
+}
+
+at::Tensor TrainingData::inpaint_keep(std::size_t index, data::BucketSize bucket, int64_t height,
+                                      int64_t width) const {
+    const TrainingItem& it = items_.at(index);
+    if (!it.image->inpaint) return {};
+    const data::Image alpha = data::read_alpha(it.image->inpaint->path);
+    // [-1, 1] like an image; every channel holds the alpha.
+    const at::Tensor fitted = data::fitted_tensor(alpha, bucket, it.item.flip_x, it.item.flip_y);
+    const at::Tensor keep = (fitted.narrow(0, 0, 1) + 1) / 2;
+    return at::upsample_bilinear2d(keep.unsqueeze(0), {height, width}, /*align_corners=*/false)
+        .squeeze(0);
 }
 
 }  // namespace loom

@@ -168,9 +168,21 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     std::vector<at::Tensor> contexts;
     std::vector<at::Tensor> pooled;
     std::vector<at::Tensor> masks;  // the captions' token masks (Chroma), or none
+    std::vector<at::Tensor> keeps;  // the items' inpaint keep masks (Flex.2), or none
     std::vector<std::size_t> slots;
     for (const data::StepSlot& slot : micro.slots) {
         latents.push_back(parts_.data.latent(slot.item, micro.bucket, parts_.encode_latent));
+        if (parts_.data.has_inpaint()) {
+            const at::Tensor& latent = latents.back();
+            at::Tensor keep =
+                parts_.data.inpaint_keep(slot.item, micro.bucket, latent.size(-2), latent.size(-1));
+            // Dropped: nothing kept, all inpainted (ai-toolkit's input without an inpaint image).
+            if (parts_.data.inpaint_dropped(slot, batches, seed_))
+                keep = at::zeros_like(keep);
+            else if (parts_.data.inpaint_inverted(slot, batches, seed_))
+                keep = 1 - keep;
+            keeps.push_back(keep);
+        }
         if (parts_.data.has_controls()) {
             at::Tensor control =
                 parts_.data.control_latent(slot.item, micro.bucket, parts_.encode_latent);
@@ -201,6 +213,11 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     if (extra.defined()) cond.extra = device.to_device(extra);
     if (!controls.empty())
         cond.control = device.to_device(at::stack(controls)).to(cond.context.scalar_type());
+    if (!keeps.empty()) {
+        // ai-toolkit's Flex2: the clean latents times the keep mask, then the inpaint mask.
+        const at::Tensor keep = device.to_device(at::stack(keeps)).to(x0.scalar_type());
+        cond.inpaint = at::cat({x0 * keep, 1 - keep}, 1).to(cond.context.scalar_type());
+    }
     const double weight = static_cast<double>(micro.slots.size()) / static_cast<double>(step_items);
     if (graphed_plan != nullptr) {
         phase.emplace(times_.forward);  // forward and backward are one replay

@@ -2,9 +2,10 @@
 # `loom train` on ai-toolkit's Flex.2 example job (train_lora_flex2_24gb.yaml's keys: arch flex2,
 # bypass_guidance_embedding, timestep_type shift, quantize and quantize_te, model_kwargs with
 # control_dropout 0.5 and the inpainting keys, datasets' controls) pointed at the tiny Flex.2
-# FluxPipeline folder of flux_reference.py, its control images given by control_path, on the
-# simulated device (issue 40): what loom cannot do of the example is warned by name (controls
-# made by annotator models; the inpainting keys, which act on inpaint images); the run's LoRA is
+# FluxPipeline folder of flux_reference.py, its control images given by control_path and its
+# inpaint images (RGBA) by inpaint_path, on the simulated device (issue 40): what loom cannot do
+# of the example is warned by name (controls made by annotator models; random masks, their blur
+# and dilation); inpaint and control dropouts and the mask inversion act; the run's LoRA is
 # loaded by diffusers' FluxPipeline with every key used; killed with SIGKILL mid-run and rerun,
 # it resumes and ends on the LoRA of an uninterrupted run (the control dropout draws alike);
 # under a budget the example's previews and steps do not fit, the rungs act on real allocations
@@ -17,20 +18,27 @@ source "$(dirname "$0")/lib.sh"
 make_fixture "$FIXTURE"
 MODEL="$PARITY/flex2"
 
-# The dataset: the fixture's images and captions at 128 px (so a 64 and a 128 bucket exist), and
-# their control images (a "line" control: each image's edges), under the same stem.
-"$PY" - "$TMP/fixture/data" "$TMP/data" "$TMP/control" <<'PY' || { echo "FAIL control images"; exit 1; }
+# The dataset: the fixture's images and captions at 128 px (so a 64 and a 128 bucket exist),
+# their control images (a "line" control: each image's edges) and their inpaint images (the
+# image with a transparent box to inpaint), under the same stems.
+"$PY" - "$TMP/fixture/data" "$TMP/data" "$TMP/control" "$TMP/inpaint" <<'PY' || { echo "FAIL control images"; exit 1; }
 import os, shutil, sys
-from PIL import Image, ImageFilter
-src, data, control = sys.argv[1:4]
+from PIL import Image, ImageDraw, ImageFilter
+src, data, control, inpaint = sys.argv[1:5]
 os.makedirs(data)
 os.makedirs(control)
+os.makedirs(inpaint)
 for name in sorted(os.listdir(src)):
     stem, ext = os.path.splitext(name)
     if ext.lower() in (".png", ".jpg", ".jpeg", ".webp"):
         image = Image.open(os.path.join(src, name)).convert("RGB").resize((128, 128))
         image.save(os.path.join(data, stem + ".png"))
         image.filter(ImageFilter.FIND_EDGES).save(os.path.join(control, stem + ".png"))
+        alpha = Image.new("L", image.size, 255)
+        ImageDraw.Draw(alpha).rectangle([32, 40, 96, 100], fill=0)
+        rgba = image.convert("RGBA")
+        rgba.putalpha(alpha)
+        rgba.save(os.path.join(inpaint, stem + ".png"))
     elif ext == ".txt":
         shutil.copy(os.path.join(src, name), os.path.join(data, name))
 PY
@@ -51,6 +59,7 @@ config:
       datasets:
         - folder_path: $TMP/data
           control_path: $TMP/control
+          inpaint_path: ${INPAINT-$TMP/inpaint}
           controls: ["depth", "line", "pose", "inpaint"]
           caption_ext: "txt"
           caption_dropout_rate: 0.05
@@ -107,9 +116,10 @@ job split 1GiB 1 true "[64]" 4 >"$TMP/split.yaml"
 if "$LOOM" train "$TMP/whole.yaml" >"$TMP/whole.log" 2>&1; then ok "the Flex.2 example trains"
 else bad "the Flex.2 example trains"; tail "$TMP/whole.log"; finish; exit; fi
 if grep -q "datasets.0.controls is an ai-toolkit setting that loom does not support yet" "$TMP/whole.log" &&
-   grep -q "model_kwargs.inpaint_dropout is an ai-toolkit setting" "$TMP/whole.log" &&
+   grep -q "model_kwargs.random_blur_mask is an ai-toolkit setting" "$TMP/whole.log" &&
    ! grep -q "bypass_guidance_embedding is an ai-toolkit setting" "$TMP/whole.log" &&
-   ! grep -q "control_dropout is an ai-toolkit setting" "$TMP/whole.log"
+   ! grep -q "inpaint_path is an ai-toolkit setting" "$TMP/whole.log" &&
+   ! grep -Eq "(control_dropout|inpaint_dropout|invert_inpaint_mask_chance) is an ai-toolkit setting" "$TMP/whole.log"
 then ok "what loom lacks of the example is warned by name, and only that"
 else bad "what loom lacks of the example is warned by name, and only that"; grep warning "$TMP/whole.log"; fi
 if ls "$TMP/runs/whole/samples/"*.png >/dev/null 2>&1
@@ -124,6 +134,21 @@ if "$LOOM" train "$TMP/kept.yaml" >"$TMP/kept.log" 2>&1 &&
      "$TMP/runs/kept/kept.safetensors" >/dev/null 2>&1
 then ok "model_kwargs.control_dropout changes what trains"
 else bad "model_kwargs.control_dropout changes what trains"; fi
+# The inpaint images act: without inpaint_path the same run trains another LoRA.
+INPAINT="" job plain 1GiB 1 true "[64]" 4 | sed '/inpaint_path: *$/d' >"$TMP/plain.yaml"
+if "$LOOM" train "$TMP/plain.yaml" >"$TMP/plain.log" 2>&1 &&
+   ! "$PY" "$LORA_DIFFERENCE" "$TMP/runs/whole/whole.safetensors" \
+     "$TMP/runs/plain/plain.safetensors" >/dev/null 2>&1
+then ok "the inpaint images change what trains"
+else bad "the inpaint images change what trains"; tail -3 "$TMP/plain.log"; fi
+# An image without its inpaint image: an error naming it, before any step.
+mkdir -p "$TMP/partial"; cp "$TMP/inpaint"/* "$TMP/partial/"; rm "$TMP/partial/$FIRST_CONTROL"
+INPAINT="$TMP/partial" job missing 1GiB 1 true "[64]" 1000 >"$TMP/missing.yaml"
+"$LOOM" train "$TMP/missing.yaml" >"$TMP/missing.log" 2>&1
+code=$?
+if [ "$code" -eq 3 ] && grep -q "${FIRST_CONTROL%.*}.* has no inpaint image in inpaint_path" "$TMP/missing.log"
+then ok "a missing inpaint image is an error naming the image (exit $code)"
+else bad "a missing inpaint image is an error naming the image"; tail -3 "$TMP/missing.log"; fi
 
 if "$PY" "$(dirname "$0")/../parity/check_trained_lora.py" "$MODEL" \
     "$TMP/runs/whole/whole.safetensors"; then ok "FluxPipeline loads the trained Flex.2 LoRA"

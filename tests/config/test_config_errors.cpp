@@ -193,6 +193,12 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:10:25: config.process.0.datasets.0.control_path pairs control images, which "
          "only flux_kontext and flex2 train on; 'sd1' would leave them out: set model.arch: "
          "flux_kontext for a Kontext model (flex2 for Flex.2), or remove control_path"},
+        {"inpaint_path_on_an_arch_without_inpainting",
+         replace(kMinimalJob, "        - folder_path: data\n",
+                 "        - folder_path: data\n          inpaint_path: masks\n"),
+         "job.yaml:10:25: config.process.0.datasets.0.inpaint_path pairs inpaint images, which "
+         "only flex2 trains on; 'sd1' would leave them out: set model.arch: flex2 for a Flex.2 "
+         "model, or remove inpaint_path"},
         {"control_path_of_several_folders_on_kontext",
          replace(minimal_job_with("        arch: flux_kontext\n"), "        - folder_path: data\n",
                  "        - folder_path: data\n          control_path: [ctrl, ctrl2]\n"),

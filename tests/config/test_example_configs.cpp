@@ -189,23 +189,25 @@ TEST(AiToolkitExamples, ChromaExampleIsATrainableJob) {
     for (const Diagnostic& d : loaded.warnings) ADD_FAILURE() << d.to_string();
 }
 
-// ai-toolkit's Flex.2 example: bypass_guidance_embedding and control_dropout are implemented;
-// what loom lacks is warned where written — the controls ai-toolkit makes with annotator models
-// (depth, line, pose, inpaint), and the inpainting keys, which act on inpaint images.
+// ai-toolkit's Flex.2 example: bypass_guidance_embedding, control_dropout, inpaint_dropout and
+// invert_inpaint_mask_chance are implemented; what loom lacks is warned where written — the
+// controls ai-toolkit makes with annotator models (depth, line, pose, inpaint), and the random
+// masks with their random blur and dilation.
 TEST(AiToolkitExamples, Flex2ExampleIsATrainableJob) {
     const LoadedJob loaded = load_job_file(kAiToolkitExamples / "train_lora_flex2_24gb.yaml");
     const ProcessConfig& p = loaded.job.config.process.at(0);
     EXPECT_EQ(p.choices.arch, Arch::kFlex2);
     EXPECT_TRUE(p.train.bypass_guidance_embedding);
     EXPECT_DOUBLE_EQ(p.model.model_kwargs.control_dropout, 0.5);
+    EXPECT_DOUBLE_EQ(p.model.model_kwargs.inpaint_dropout, 0.5);
+    EXPECT_DOUBLE_EQ(p.model.model_kwargs.invert_inpaint_mask_chance, 0.5);
     EXPECT_EQ(p.train.timestep_type, "shift");
     const std::string kwargs = "config.process.0.model.model_kwargs.";
-    EXPECT_EQ(keys_of(loaded.warnings, DiagnosticKind::kNotSupportedYet),
-              (std::vector<std::string>{
-                  "config.process.0.datasets.0.controls", kwargs + "do_random_inpainting",
-                  kwargs + "inpaint_dropout", kwargs + "inpaint_random_chance",
-                  kwargs + "invert_inpaint_mask_chance", kwargs + "random_blur_mask",
-                  kwargs + "random_dialate_mask"}));
+    EXPECT_EQ(
+        keys_of(loaded.warnings, DiagnosticKind::kNotSupportedYet),
+        (std::vector<std::string>{"config.process.0.datasets.0.controls",
+                                  kwargs + "do_random_inpainting", kwargs + "inpaint_random_chance",
+                                  kwargs + "random_blur_mask", kwargs + "random_dialate_mask"}));
     for (const Diagnostic& d : loaded.warnings) {
         EXPECT_NE(d.kind, DiagnosticKind::kNotTrainable) << d.to_string();
     }

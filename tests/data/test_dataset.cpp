@@ -307,5 +307,40 @@ TEST(ScanDataset, AMissingDoubledOrBrokenControlImageIsAnErrorNamingTheFiles) {
         << e;
 }
 
+// Flex.2's inpaint images (issue 40): paired by stem as control images are, each with an alpha
+// channel (its mask) — an image without one is an error naming both files — and the alpha read
+// into every channel, fitted and flipped as an image would be.
+TEST(ScanDataset, InpaintPathPairsImagesWithAnAlphaChannel) {
+    TempDir dir;
+    write_file(dir / "data" / "a.png", png(8, 4));
+    std::vector<std::uint8_t> alpha(8 * 4, 255);
+    for (int x = 0; x < 4; ++x) alpha[std::size_t(x)] = 0;  // the top row's left half inpaints
+    write_file(dir / "inpaint" / "a.png", encode_png_with_alpha(test::pattern_image(8, 4), alpha));
+    config::DatasetConfig cfg = test::dataset_config(dir / "data");
+    cfg.inpaint_path = {(dir / "inpaint").string()};
+    const ScannedDataset d = scan_dataset(cfg);
+    ASSERT_TRUE(d.images.at(0).inpaint);
+    EXPECT_EQ(d.images[0].inpaint->path, dir / "inpaint" / "a.png");
+    EXPECT_FALSE(d.images[0].control);
+    const Image mask = read_alpha(dir / "inpaint" / "a.png");
+    ASSERT_EQ(mask.width, 8);
+    EXPECT_EQ(mask.at(0, 0)[0], 0);
+    EXPECT_EQ(mask.at(0, 0)[2], 0);
+    EXPECT_EQ(mask.at(4, 0)[1], 255);
+    EXPECT_EQ(mask.at(0, 1)[0], 255);
+
+    // An RGB file has no mask: an error naming both files and what to give instead.
+    write_file(dir / "inpaint" / "a.png", png(8, 4));
+    std::string e = dataset_error(cfg);
+    EXPECT_NE(e.find("inpaint image " + (dir / "inpaint" / "a.png").string() + " of " +
+                     (dir / "data" / "a.png").string()),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("has no alpha channel"), std::string::npos) << e;
+    fs::remove(dir / "inpaint" / "a.png");
+    e = dataset_error(cfg);
+    EXPECT_NE(e.find("has no inpaint image in inpaint_path"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace loom::data

@@ -1,9 +1,10 @@
 // Flex.2 against ai-toolkit's computation (label `parity`, issue 40) on a tiny random FluxPipeline
 // folder of Flex.2's shape: the folder is detected as flex2 (its transformer takes 196 channels
 // and gives 64), and the family's training prediction — the latents, the no-inpaint input (zeros
-// and a mask of ones), the control latents or zeros on the channels, packed; the guidance
-// embedding bypassed or at 1 — within 1e-5 of ai-toolkit's Flex2.condition_noisy_latents and
-// get_noise_prediction as tests/parity/flux_reference.py (build_flex2) writes them.
+// and a mask of ones, or an inpaint image's masked latents and mask), the control latents or
+// zeros on the channels, packed; the guidance embedding bypassed or at 1 — within 1e-5 of
+// ai-toolkit's Flex2.condition_noisy_latents and get_noise_prediction as
+// tests/parity/flux_reference.py (build_flex2) writes them.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -65,6 +66,27 @@ TEST(Flex2Parity, PredictionAsAiToolkitComputesIt) {
                   << "): max abs error " << error << " (tolerance 1e-5)\n";
         EXPECT_LE(error, 1e-5);
     }
+    // An inpaint image: its alpha (1 keep) resized bilinearly to the latents as the trainer's
+    // data does (TrainingData::inpaint_keep), then StepConditioning's inpaint input — the clean
+    // latents where kept, and the inpaint mask.
+    FamilyLoadOptions bypassed;
+    bypassed.bypass_guidance_embedding = true;
+    const auto flex2 = load_model_family(parity_dir() / "flex2", bypassed);
+    const at::Tensor x0 = in.at("x0");
+    const at::Tensor keep = at::upsample_bilinear2d(in.at("keep"), {x0.size(2), x0.size(3)},
+                                                    /*align_corners=*/false);
+    StepConditioning with_inpaint = flex2_conditioning(in, true);
+    with_inpaint.inpaint = at::cat({x0 * keep, 1 - keep}, 1);
+    const double inpaint_error =
+        max_error(flex2->predict(in.at("noisy"), in.at("timesteps"), with_inpaint),
+                  expected.at("bypassed_with_inpaint_and_control"));
+    std::cout << "flex2_predict (bypassed, inpaint, control): max abs error " << inpaint_error
+              << " (tolerance 1e-5)\n";
+    EXPECT_LE(inpaint_error, 1e-5);
+    EXPECT_GT(max_error(expected.at("bypassed_with_inpaint_and_control"),
+                        expected.at("bypassed_with_control")),
+              1e-4);
+
     // The bypass and the control matter: either one alone gives another prediction.
     const auto family = load_model_family(parity_dir() / "flex2", {});
     const at::Tensor guided_with_control =

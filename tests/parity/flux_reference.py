@@ -26,9 +26,10 @@ tokenizer it built. Writes under OUT:
                  and real classifier-free guidance (the settings in .json)
   flex2/         a FluxPipeline folder of Flex.2's shape (issue 40): the transformer takes 196
                  channels (latents, inpaint latent, mask, control latent; packed) and gives 64
-  cases/flex2_predict.*: ai-toolkit's Flex.2 prediction (Flex2.condition_noisy_latents without
-                 inpaint images, then get_noise_prediction), with a control latent and the
-                 guidance embedding bypassed, and without a control at guidance 1
+  cases/flex2_predict.*: ai-toolkit's Flex.2 prediction (Flex2.condition_noisy_latents, then
+                 get_noise_prediction): with an inpaint image's mask, a control latent and the
+                 guidance embedding bypassed; without an inpaint image, with the control and the
+                 bypass; and without either at guidance 1
 Everything is float32 on the CPU.
 """
 import json
@@ -208,14 +209,22 @@ def build_chroma_transformer_case(model, cases):
     save_case(cases, "chroma_transformer", inputs, {"sample": model(**inputs).sample})
 
 
-def flex2_prediction(model, noisy, control, context, pooled, timesteps, bypass):
+def flex2_prediction(model, noisy, control, context, pooled, timesteps, bypass, x0=None,
+                     keep=None):
     """ai-toolkit's Flex.2 step (extensions_built_in/flex2/flex2.py; ai-toolkit is not on PyPI):
     condition_noisy_latents without an inpaint image (zeros and a mask of ones, "inpaint
     everything") and with `control` latents (zeros when None) on the channels, then
     get_noise_prediction: packed, guidance 1, and with `bypass` the guidance embedding left out
     as toolkit/models/flux.py's bypass_flux_guidance does (timestep and pooled text only)."""
     b, c, h, w = noisy.shape
-    inpaint = torch.cat((torch.zeros_like(noisy), torch.ones_like(noisy[:, :1])), dim=1)
+    if keep is None:
+        inpaint = torch.cat((torch.zeros_like(noisy), torch.ones_like(noisy[:, :1])), dim=1)
+    else:
+        # An RGBA inpaint image's alpha (1 keep, 0 inpaint) at the image's size: resized to the
+        # latents bilinearly, the clean latents masked by it, then inverted to the inpaint mask
+        # (no random blur, inversion or dilation: those draws are ai-toolkit's).
+        mask = torch.nn.functional.interpolate(keep, size=(h, w), mode="bilinear")
+        inpaint = torch.cat((x0 * mask, 1 - mask), dim=1)
     ctrl = torch.zeros_like(noisy) if control is None else control
     latents = torch.cat((noisy, torch.cat((inpaint, ctrl), dim=1)), dim=1)
     packed = FluxPipeline._pack_latents(latents, b, latents.shape[1], h, w)
@@ -258,9 +267,16 @@ def build_flex2(out, cases, flux):
     text = torch.randn(2, 7, 32, generator=g)
     pooled = torch.randn(2, 32, generator=g)
     timesteps = torch.tensor([300.0, 950.0])
+    x0 = torch.randn(2, LATENT_CHANNELS, 8, 12, generator=g)
+    # A keep mask at the image's size (16x24 pixels): a hard edge and a soft ramp.
+    keep = torch.ones(2, 1, 16, 24)
+    keep[0, :, 4:12, 6:18] = 0
+    keep[1] = torch.linspace(0, 1, 24).expand(16, 24)
     inputs = {"noisy": noisy, "control": control, "context": text, "pooled": pooled,
-              "timesteps": timesteps}
+              "timesteps": timesteps, "x0": x0, "keep": keep}
     save_case(cases, "flex2_predict", inputs, {
+        "bypassed_with_inpaint_and_control": flex2_prediction(
+            model, noisy, control, text, pooled, timesteps, bypass=True, x0=x0, keep=keep),
         "bypassed_with_control": flex2_prediction(model, noisy, control, text, pooled, timesteps,
                                                   bypass=True),
         "guided_without_control": flex2_prediction(model, noisy, None, text, pooled, timesteps,

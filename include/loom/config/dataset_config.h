@@ -47,9 +47,13 @@ struct DatasetConfig {
     // training images. ai-toolkit takes a folder or a list of them (Qwen-Image-Edit-2509 pairs
     // several); Kontext takes one.
     std::vector<std::string> control_path;
+    // Paired inpaint images (Flex.2): PNG or WebP files of the same stems whose alpha is 0 where
+    // the model learns to inpaint and 255 where it keeps the image. One folder.
+    std::vector<std::string> inpaint_path;
 
     bool is_video() const { return num_frames > 1 || auto_frame_count; }
     bool has_controls() const { return !control_path.empty(); }
+    bool has_inpaint() const { return !inpaint_path.empty(); }
 
     template <class V>
     static void fields(V& v) {
@@ -79,6 +83,7 @@ struct DatasetConfig {
         v("auto_frame_count", &DatasetConfig::auto_frame_count);
         v("trim_auto_frame_count_tail", &DatasetConfig::trim_auto_frame_count_tail);
         v("control_path", &DatasetConfig::control_path);
+        v("inpaint_path", &DatasetConfig::inpaint_path);
         v.not_yet({"dataset_path",
                    "caption_type",
                    "random_triggers",
@@ -102,7 +107,6 @@ struct DatasetConfig {
                    "control_path_1",
                    "control_path_2",
                    "control_path_3",
-                   "inpaint_path",
                    "mask_path",
                    "mask_min_value",
                    "invert_mask",

@@ -23,38 +23,30 @@ struct ModelKwargs {
     // Flex.2: the chance that an item trains with its control channels zeroed (no control
     // image), as ai-toolkit's Flex2.condition_noisy_latents drops it.
     double control_dropout = 0;
+    // Flex.2 with inpaint images (datasets' inpaint_path): the chance that an item trains
+    // without its inpaint image (the "inpaint everything" input), and that its mask is inverted
+    // (the kept area inpainted instead), as ai-toolkit draws them.
+    double inpaint_dropout = 0;
+    double invert_inpaint_mask_chance = 0;
 
     template <class V>
     static void fields(V& v) {
         v("train_high_noise", &ModelKwargs::train_high_noise);
         v("train_low_noise", &ModelKwargs::train_low_noise);
         v("control_dropout", &ModelKwargs::control_dropout, AtLeast{0}, AtMost{1});
+        v("inpaint_dropout", &ModelKwargs::inpaint_dropout, AtLeast{0}, AtMost{1});
+        v("invert_inpaint_mask_chance", &ModelKwargs::invert_inpaint_mask_chance, AtLeast{0},
+          AtMost{1});
         // The other families' model_kwargs ai-toolkit reads (Flex.2's inpainting, HiDream's
         // Llama, Qwen-Image-Edit's sizes, ...): each warned about where it is written. Flex.2's
-        // inpainting keys act on inpaint images (datasets' inpaint_path), which loom does not
-        // read yet: without them ai-toolkit's inpaint channels are the no-inpaint input these
-        // keys leave alone.
-        v.not_yet({"invert_inpaint_mask_chance",
-                   "inpaint_dropout",
-                   "inpaint_random_chance",
-                   "do_random_inpainting",
-                   "random_blur_mask",
-                   "random_dialate_mask",
-                   "llama_model_path",
-                   "match_target_res",
-                   "vae_path",
-                   "text_encoder_path",
-                   "static_shift",
-                   "use_image_refiner",
-                   "train_text_conditioner",
-                   "max_sequence_length",
-                   "vlm_max_pixels",
-                   "vlm_max_side_length",
-                   "control_image_max_pixels",
-                   "checkpoint_filename",
-                   "vl_cond_long_edge",
-                   "edit",
-                   "cfg_renormalization"});
+        // random masks (inpaint_random_chance, do_random_inpainting: blobs in place of an
+        // image's mask) and their random blur and dilation are among them.
+        v.not_yet({"inpaint_random_chance", "do_random_inpainting", "random_blur_mask",
+                   "random_dialate_mask", "llama_model_path", "match_target_res", "vae_path",
+                   "text_encoder_path", "static_shift", "use_image_refiner",
+                   "train_text_conditioner", "max_sequence_length", "vlm_max_pixels",
+                   "vlm_max_side_length", "control_image_max_pixels", "checkpoint_filename",
+                   "vl_cond_long_edge", "edit", "cfg_renormalization"});
     }
 };
 

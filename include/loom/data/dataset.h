@@ -21,7 +21,8 @@
 // stem (any of the image extensions) directly in control_path, read, decoded and hashed like the
 // image. A missing pair, two candidates for one stem, an unreadable or corrupt control image, or
 // control_path on a video dataset throws DatasetError naming the files: a pair cannot be
-// dropped silently, as the target without its source teaches the wrong edit.
+// dropped silently, as the target without its source teaches the wrong edit. Paired inpaint
+// images (inpaint_path, for Flex.2) pair the same way and must have an alpha channel.
 //
 // Every file that cannot be used is skipped with exactly one warning naming it (logger "data",
 // and ScanOptions::on_warning): an empty file, an unreadable one, a truncated or corrupt image
@@ -73,6 +74,9 @@ struct ImageRecord {
     // Its control image (datasets[].control_path: the file of the same stem there), read and
     // hashed like the image; null without control_path.
     std::shared_ptr<const ImageRecord> control;
+    // Its inpaint image (datasets[].inpaint_path: the PNG or WebP of the same stem there, with an
+    // alpha channel), read and hashed like the image; null without inpaint_path.
+    std::shared_ptr<const ImageRecord> inpaint;
 
     bool is_clip() const { return video.has_value(); }
 };

@@ -50,9 +50,17 @@ bool webp_supported();
 Image decode_image(std::string_view bytes, const std::string& name);
 // Reads and decodes a file. IoError when it cannot be read, FormatError as decode_image.
 Image read_image(const std::filesystem::path& path);
+// The alpha channel of PNG or WebP bytes, in each of the three channels of an Image (so it is
+// fitted and flipped as an image is): an inpaint image's mask, 255 where the image is kept.
+// FormatError as decode_image, and for an image without an alpha channel (a JPEG, an RGB PNG).
+Image decode_alpha(std::string_view bytes, const std::string& name);
+Image read_alpha(const std::filesystem::path& path);
 
 // Encoders (samples, grids, and test fixtures). Throw loom::Error when encoding fails.
 std::string encode_png(const Image& image);
+// An RGBA PNG: `image`'s colours with `alpha` (width x height bytes) as their alpha (an inpaint
+// image, datasets[].inpaint_path).
+std::string encode_png_with_alpha(const Image& image, const std::vector<std::uint8_t>& alpha);
 std::string encode_jpeg(const Image& image, int quality = 95);  // quality 1..100
 // Lossless WebP; throws loom::Error when loom was built without libwebp.
 std::string encode_webp(const Image& image);

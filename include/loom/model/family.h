@@ -49,6 +49,10 @@ struct StepConditioning {
     // The clean latents of the items' control images, [B, C, H, W] like the noisy ones, for a
     // family of an arch with control_images (Kontext); undefined otherwise.
     at::Tensor control;
+    // Flex.2's inpaint input, [B, C + 1, H, W]: the clean latents where the item's inpaint image
+    // keeps them (zero where it inpaints) and the mask (1 where it inpaints); undefined: none
+    // (the "inpaint everything" input).
+    at::Tensor inpaint;
 };
 
 // The training timesteps of one expert of a denoiser made of several (Wan 2.2 14B: the

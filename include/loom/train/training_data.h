@@ -95,6 +95,20 @@ class TrainingData {
     // on a stream of its own, so a retried or resumed step drops the same items.
     bool control_dropped(const data::StepSlot& slot, const std::vector<data::Batch>& batches,
                          std::uint64_t seed) const;
+    // Item `index`'s inpaint keep mask (datasets[].inpaint_path: the alpha of its inpaint image,
+    // fitted to the bucket and flipped as the item is, in [0, 1], 1 where the image is kept)
+    // resized bilinearly to its `height` x `width` latent, [1, height, width] float32 on the
+    // host, as ai-toolkit's Flex2 resizes the mask; undefined for an item without one.
+    at::Tensor inpaint_keep(std::size_t index, data::BucketSize bucket, int64_t height,
+                            int64_t width) const;
+    bool has_inpaint() const { return has_inpaint_; }
+    // Flex.2's inpaint dropout (model_kwargs.inpaint_dropout: the item trains without its
+    // inpaint image) and mask inversion (invert_inpaint_mask_chance), drawn as control_dropped,
+    // each on a stream of its own.
+    bool inpaint_dropped(const data::StepSlot& slot, const std::vector<data::Batch>& batches,
+                         std::uint64_t seed) const;
+    bool inpaint_inverted(const data::StepSlot& slot, const std::vector<data::Batch>& batches,
+                          std::uint64_t seed) const;
     // Every item's latent (and control latent) at its bucket (the cache phase). After an OOM,
     // the retry skips what is already cached.
     void cache_all_latents(const LatentEncode& encode);
@@ -131,6 +145,9 @@ class TrainingData {
     bool cache_text_ = false;
     bool has_controls_ = false;
     double control_dropout_ = 0;
+    bool has_inpaint_ = false;
+    double inpaint_dropout_ = 0;
+    double invert_inpaint_chance_ = 0;
     std::string cache_identity_;
     std::filesystem::path run_root_;
 };

@@ -13,13 +13,18 @@ bool is_flex2_transformer(const FluxConfig& c) {
            c.in_channels == flex2_in_channels(c.out_channels / 4);
 }
 
-at::Tensor flex2_channels(const at::Tensor& latents, const at::Tensor& control) {
-    const at::Tensor inpaint = at::zeros_like(latents);
-    const at::Tensor mask =
-        at::ones({latents.size(0), 1, latents.size(2), latents.size(3)}, latents.options());
+at::Tensor flex2_channels(const at::Tensor& latents, const at::Tensor& control,
+                          const at::Tensor& inpaint) {
+    const at::Tensor inpainting =
+        inpaint.defined()
+            ? inpaint.to(latents.scalar_type())
+            : at::cat({at::zeros_like(latents),
+                       at::ones({latents.size(0), 1, latents.size(2), latents.size(3)},
+                                latents.options())},
+                      1);
     const at::Tensor ctrl =
         control.defined() ? control.to(latents.scalar_type()) : at::zeros_like(latents);
-    return at::cat({latents, inpaint, mask, ctrl}, 1);
+    return at::cat({latents, inpainting, ctrl}, 1);
 }
 
 }  // namespace loom

@@ -76,7 +76,8 @@ at::Tensor FluxFamily::predict(const at::Tensor& noisy, const at::Tensor& timest
     const auto on_device = at::TensorOptions().device(noisy.device());
     FluxInputs in;
     const bool flex2 = model_.flex2();
-    in.hidden_states = flux_pack_latents(flex2 ? flex2_channels(noisy, c.control) : noisy);
+    in.hidden_states =
+        flux_pack_latents(flex2 ? flex2_channels(noisy, c.control, c.inpaint) : noisy);
     const int64_t target_tokens = in.hidden_states.size(1);
     in.encoder_hidden_states = c.context;
     in.pooled_projections = c.pooled;

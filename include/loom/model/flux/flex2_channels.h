@@ -24,8 +24,11 @@ int64_t flex2_in_channels(int64_t latent_channels);
 // latents' (a FluxPipeline folder of Flex.2 says so nowhere else).
 bool is_flex2_transformer(const FluxConfig& config);
 
-// [B, 3C + 1, h, w]: `latents` [B, C, h, w], the no-inpaint input (zeros, mask of ones), and
-// `control` ([B, C, h, w] clean control latents) or zeros when undefined.
-at::Tensor flex2_channels(const at::Tensor& latents, const at::Tensor& control);
+// [B, 3C + 1, h, w]: `latents` [B, C, h, w], `inpaint` ([B, C + 1, h, w]: the masked clean
+// latents and the inpaint mask, StepConditioning::inpaint) or the no-inpaint input (zeros, mask
+// of ones) when undefined, and `control` ([B, C, h, w] clean control latents) or zeros when
+// undefined.
+at::Tensor flex2_channels(const at::Tensor& latents, const at::Tensor& control,
+                          const at::Tensor& inpaint = {});
 
 }  // namespace loom
