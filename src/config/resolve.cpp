@@ -162,8 +162,8 @@ class Resolver {
                  sampler + " '" + p.sample.sampler + "' does not apply to " + family +
                      ", which samples with the flow-matching Euler sampler (flowmatch)");
         }
-        static const char* const kFlowTimesteps[] = {"sigmoid", "linear", "shift", "flux_shift",
-                                                     "lognorm_blend"};
+        static const char* const kFlowTimesteps[] = {"sigmoid",    "linear",   "shift",
+                                                     "flux_shift", "weighted", "lognorm_blend"};
         const std::string timesteps = path + ".train.timestep_type";
         if (std::find(std::begin(kFlowTimesteps), std::end(kFlowTimesteps),
                       p.train.timestep_type) == std::end(kFlowTimesteps)) {

@@ -46,7 +46,7 @@ void GraphedForwardBackward::begin_step() {
 // accumulators; allocates only inside (the capture's pool) or nothing it keeps.
 void GraphedForwardBackward::work(Static& s) {
     const at::Tensor pred = model_.predict(s.in.noisy, s.in.timesteps, s.in.conditioning);
-    const at::Tensor weighted = objective_.loss(pred, s.in.target) * s.weight;
+    const at::Tensor weighted = objective_.loss(pred, s.in.target, s.in.loss_weights) * s.weight;
     weighted.backward();
     torch::NoGradGuard no_grad;
     s.loss.copy_(weighted.detach());
@@ -64,8 +64,12 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         captured.extra = static_copy(c.extra);
         captured.control = static_copy(c.control);
         captured.inpaint = static_copy(c.inpaint);
-        s.in = {static_copy(in.noisy), static_copy(in.timesteps), std::move(captured),
-                static_copy(in.target), in.weight};
+        s.in = {static_copy(in.noisy),
+                static_copy(in.timesteps),
+                std::move(captured),
+                static_copy(in.target),
+                in.weight,
+                static_copy(in.loss_weights)};
         const auto options = in.target.options().dtype(at::kFloat);
         s.weight = at::empty({}, options);
         s.loss = at::empty({}, options);
@@ -83,6 +87,7 @@ at::Tensor GraphedForwardBackward::run(const std::string& key, const Inputs& in)
         copy_into(s.in.conditioning.control, in.conditioning.control);
         copy_into(s.in.conditioning.inpaint, in.conditioning.inpaint);
         copy_into(s.in.target, in.target);
+        copy_into(s.in.loss_weights, in.loss_weights);
         s.weight.fill_(in.weight);
     }
     graphs_.run(key, [&] { work(s); });

@@ -135,6 +135,9 @@ NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<st
     }
     if (flow_) {
         b.timesteps = device.to_device(at::tensor(b.slot_timesteps, at::kDouble).to(at::kFloat));
+        const at::Tensor weights = flow_match_timestep_weights(
+            options_.timestep_type, at::tensor(b.slot_timesteps, at::kDouble));
+        if (weights.defined()) b.loss_weights = device.to_device(weights);
         b.noisy = flow_match_add_noise(x0, b.noise, b.timesteps);
         b.target = flow_match_target(x0, b.noise);
         return b;
@@ -145,13 +148,16 @@ NoisedBatch DiffusionObjective::noise(const at::Tensor& x0, const std::vector<st
     return b;
 }
 
-at::Tensor DiffusionObjective::loss(const at::Tensor& prediction, const at::Tensor& target) const {
+at::Tensor DiffusionObjective::loss(const at::Tensor& prediction, const at::Tensor& target,
+                                    const at::Tensor& weights) const {
     const at::Tensor error = prediction.to(at::kFloat) - target;
-    switch (options_.loss) {
-        case config::LossType::kMae: return error.abs().mean();
-        case config::LossType::kMse: break;
+    at::Tensor per_element = options_.loss == config::LossType::kMae ? error.abs() : error.pow(2);
+    if (weights.defined()) {
+        std::vector<int64_t> shape(static_cast<std::size_t>(per_element.dim()), 1);
+        shape[0] = per_element.size(0);
+        per_element = per_element * weights.to(at::kFloat).view(shape);
     }
-    return error.pow(2).mean();
+    return per_element.mean();
 }
 
 }  // namespace loom

@@ -226,12 +226,12 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
                                 (graphed_plan->gradient_checkpointing ? " gc" : "") + " lv" +
                                 std::to_string(graphed_plan->low_vram);
         return graphed_->run(key, {noised.noisy.to(cond.context.scalar_type()), noised.timesteps,
-                                   cond, noised.target, weight});
+                                   cond, noised.target, weight, noised.loss_weights});
     }
     phase.emplace(times_.forward);
     const at::Tensor pred =
         parts_.model.predict(noised.noisy.to(cond.context.scalar_type()), noised.timesteps, cond);
-    const at::Tensor loss = parts_.objective.loss(pred, noised.target);
+    const at::Tensor loss = parts_.objective.loss(pred, noised.target, noised.loss_weights);
     const at::Tensor weighted = loss * weight;
     phase.emplace(times_.backward);
     weighted.backward();

@@ -257,12 +257,16 @@ TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {
     const ProcessConfig& p = flux.job.config.process.at(0);
     EXPECT_EQ(p.train.noise_scheduler, "flowmatch");
     EXPECT_EQ(p.choices.lora_layout, LoRAKeyLayout::kPeft);
-    // A timestep type loom does not draw is warned and replaced.
+    // A timestep type loom does not draw is warned and replaced; weighted is drawn.
+    const LoadedJob stepped = load(minimal_job_with("        is_flux: true\n") +
+                                   "      train:\n        timestep_type: one_step\n");
+    ASSERT_EQ(stepped.warnings.size(), 1u);
+    EXPECT_EQ(stepped.warnings[0].key_path, "config.process.0.train.timestep_type");
+    EXPECT_EQ(stepped.job.config.process.at(0).train.timestep_type, "sigmoid");
     const LoadedJob weighted = load(minimal_job_with("        is_flux: true\n") +
                                     "      train:\n        timestep_type: weighted\n");
-    ASSERT_EQ(weighted.warnings.size(), 1u);
-    EXPECT_EQ(weighted.warnings[0].key_path, "config.process.0.train.timestep_type");
-    EXPECT_EQ(weighted.job.config.process.at(0).train.timestep_type, "sigmoid");
+    EXPECT_TRUE(weighted.warnings.empty());
+    EXPECT_EQ(weighted.job.config.process.at(0).train.timestep_type, "weighted");
     // The kohya layout has no Flux names: one clear error.
     try {
         load(minimal_job_with("        is_flux: true\n") + "      save:\n        format: kohya\n");

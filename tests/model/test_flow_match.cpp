@@ -23,8 +23,26 @@ TEST(FlowMatch, TimestepTypesAiToolkitNames) {
     EXPECT_EQ(parse_flow_timestep_type("linear"), FlowTimestepType::linear);
     EXPECT_EQ(parse_flow_timestep_type("flux_shift"), FlowTimestepType::shift);
     EXPECT_EQ(parse_flow_timestep_type("lognorm_blend"), FlowTimestepType::lognorm_blend);
-    EXPECT_FALSE(parse_flow_timestep_type("weighted").has_value());
+    EXPECT_EQ(parse_flow_timestep_type("weighted"), FlowTimestepType::weighted);
+    EXPECT_FALSE(parse_flow_timestep_type("one_step").has_value());
     EXPECT_FALSE(parse_flow_timestep_type("Sigmoid").has_value());
+}
+
+// weighted: the linear table, each timestep's loss weight ai-toolkit's default_weighing_scheme
+// at its index (the table's first, a middle and its last entries, copied from its file).
+TEST(FlowMatch, WeightedTimestepsCarryAiToolkitsWeights) {
+    at::Generator g = at::detail::createCPUGenerator(1);
+    FlowMatchConfig c;
+    EXPECT_TRUE(at::equal(flow_match_train_timesteps(FlowTimestepType::weighted, c, 256, g),
+                          flow_match_train_timesteps(FlowTimestepType::linear, c, 256, g)));
+    const at::Tensor w =
+        flow_match_timestep_weights(FlowTimestepType::weighted, at::tensor({1000.0, 1.0, 876.0}));
+    ASSERT_EQ(w.numel(), 3);
+    EXPECT_FLOAT_EQ(w[0].item<float>(), 0.905706524848938f);
+    EXPECT_FLOAT_EQ(w[1].item<float>(), 0.4472601115703583f);
+    EXPECT_FLOAT_EQ(w[2].item<float>(), 1.5226575136184692f);  // its peak, at index 124
+    EXPECT_FALSE(
+        flow_match_timestep_weights(FlowTimestepType::linear, at::tensor({500.0})).defined());
 }
 
 TEST(FlowMatch, EveryTableIsDescendingWithinTheTrainingRange) {

@@ -175,6 +175,28 @@ TEST(Objective, LossIsMseOrMaeInFloat32) {
     EXPECT_NEAR(l2.item<double>(), 5.25 / 3.0, 1e-6);
 }
 
+// timestep_type weighted: linear draws, each item's loss weighted by ai-toolkit's table at its
+// timestep before the mean; the other types leave the loss unweighted.
+TEST(Objective, WeightedTimestepsWeightEachItemsLoss) {
+    const auto device = open_device(DeviceSpec{DeviceKind::kCpu});
+    ObjectiveOptions o;
+    o.timestep_type = FlowTimestepType::weighted;
+    const DiffusionObjective weighted(o, FlowMatchConfig{});
+    const at::Tensor x0 = torch::randn({2, 4, 2, 2});
+    const NoisedBatch b = weighted.noise(x0, {0, 1}, 5, 3, *device);
+    ASSERT_TRUE(b.loss_weights.defined());
+    EXPECT_TRUE(torch::equal(b.loss_weights,
+                             flow_match_timestep_weights(FlowTimestepType::weighted, b.timesteps)));
+    const at::Tensor pred = torch::randn({2, 4, 2, 2});
+    const at::Tensor per_item = (pred - b.target).pow(2).mean({1, 2, 3});
+    EXPECT_NEAR(weighted.loss(pred, b.target, b.loss_weights).item<double>(),
+                (per_item * b.loss_weights).mean().item<double>(), 1e-6);
+    o.timestep_type = FlowTimestepType::linear;
+    EXPECT_FALSE(DiffusionObjective(o, FlowMatchConfig{})
+                     .noise(x0, {0, 1}, 5, 3, *device)
+                     .loss_weights.defined());
+}
+
 TEST(Objective, OptionsComeFromTheResolvedJob) {
     config::ProcessConfig p;
     p.train.min_denoising_steps = 10;

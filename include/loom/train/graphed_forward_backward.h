@@ -33,7 +33,8 @@ class GraphedForwardBackward {
         at::Tensor timesteps;
         StepConditioning conditioning;  // pooled and extra may be undefined
         at::Tensor target;
-        double weight = 1.0;  // the micro-batch's share of the step's items
+        double weight = 1.0;      // the micro-batch's share of the step's items
+        at::Tensor loss_weights;  // each item's (weighted timesteps), or undefined
     };
 
     // `model` must predict capturably (ModelFamily::predict_is_capturable).

@@ -70,6 +70,8 @@ struct NoisedBatch {
     at::Tensor timesteps;
     at::Tensor noisy;   // [B, C, H, W] the model's input
     at::Tensor target;  // [B, C, H, W] epsilon or v (DDPM's prediction type); noise - x0
+    // [B] float32 on the device: each item's loss weight (timestep_type weighted), or undefined
+    at::Tensor loss_weights;
 };
 
 class DiffusionObjective {
@@ -97,7 +99,10 @@ class DiffusionObjective {
                       std::uint64_t seed, std::int64_t step_index, const Device& device) const;
 
     // The mean loss of `prediction` against `target`, computed in float32.
-    at::Tensor loss(const at::Tensor& prediction, const at::Tensor& target) const;
+    // The mean loss; with `weights` ([B]) each item's elements weighted first, as ai-toolkit's
+    // SDTrainer weights the per-element loss by its timestep's weight before the mean.
+    at::Tensor loss(const at::Tensor& prediction, const at::Tensor& target,
+                    const at::Tensor& weights = {}) const;
 
   private:
     ObjectiveOptions options_;

@@ -56,13 +56,15 @@ std::optional<FlowTimestepType> parse_flow_timestep_type(const std::string& text
     if (text == "linear") return FlowTimestepType::linear;
     if (text == "shift" || text == "flux_shift") return FlowTimestepType::shift;
     if (text == "lognorm_blend") return FlowTimestepType::lognorm_blend;
+    if (text == "weighted") return FlowTimestepType::weighted;
     return std::nullopt;
 }
 
 at::Tensor flow_match_train_timesteps(FlowTimestepType type, const FlowMatchConfig& c,
                                       int64_t image_seq_len, at::Generator& generator) {
     switch (type) {
-        case FlowTimestepType::linear: return at::linspace(1000, 1, kTrainTimesteps, kFloat);
+        case FlowTimestepType::linear:
+        case FlowTimestepType::weighted: return at::linspace(1000, 1, kTrainTimesteps, kFloat);
         case FlowTimestepType::sigmoid: {
             const at::Tensor t = at::sigmoid(at::randn({kTrainTimesteps}, generator, kFloat));
             return std::get<0>(at::sort((1 - t) * 1000, /*dim=*/0, /*descending=*/true));

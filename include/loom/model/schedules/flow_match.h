@@ -52,18 +52,22 @@ at::Tensor flow_match_add_noise(const at::Tensor& x0, const at::Tensor& noise,
 at::Tensor flow_match_target(const at::Tensor& x0, const at::Tensor& noise);
 
 // ai-toolkit's train.timestep_type values loom draws from.
-enum class FlowTimestepType { sigmoid, linear, shift, lognorm_blend };
+enum class FlowTimestepType { sigmoid, linear, shift, lognorm_blend, weighted };
 
 // Parses a timestep_type ("flux_shift" is "shift"); nullopt for values loom does not implement
-// ("weighted", "next_sample", "one_step", ...).
+// ("next_sample", "one_step", ...).
 std::optional<FlowTimestepType> parse_flow_timestep_type(const std::string& text);
 
 // ai-toolkit's table of 1000 training timesteps for `type`, descending (set_train_timesteps):
-// linear 1000..1; sigmoid sorted 1000 (1 - sigmoid(randn)); shift the shifted sigmas x 1000 (mu
-// from `image_seq_len` when the config shifts dynamically); lognorm_blend 750 lognormal draws
-// and 250 linear ones. Random types draw from `generator`.
+// linear and weighted 1000..1; sigmoid sorted 1000 (1 - sigmoid(randn)); shift the shifted sigmas x
+// 1000 (mu from `image_seq_len` when the config shifts dynamically); lognorm_blend 750 lognormal
+// draws and 250 linear ones. Random types draw from `generator`.
 at::Tensor flow_match_train_timesteps(FlowTimestepType type, const FlowMatchConfig& config,
                                       int64_t image_seq_len, at::Generator& generator);
+// The loss weight of each of `timesteps` ([B], t x 1000, from the weighted table) for `type`:
+// ai-toolkit's default_weighing_scheme at the timestep's index, [B] float32 on the CPU, which
+// SDTrainer multiplies into the per-element loss; undefined for the unweighted types.
+at::Tensor flow_match_timestep_weights(FlowTimestepType type, const at::Tensor& timesteps);
 
 // One timestep per batch item, as ai-toolkit's "balanced" content_or_style picks them: a uniform
 // index in [0, 999) of the table above. Returns [batch] float32 timesteps on the CPU.
