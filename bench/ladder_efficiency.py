@@ -23,10 +23,12 @@ accumulation keeping 4 images per step) x low_vram level (0..3) = 24 plans.
      repeat among the plans whose peak fits the budget; a plan whose repeats overlap the best
      one's counts as 1.0 (run-to-run spread is not the ladder's doing). The repeats are
      interleaved: every plan's first repeat, then every plan's second, and so on. Steps lost =
-     steps asked - steps trained; recovery latency = the time from the first training-step OOM
-     to the end of the next step, in the final plan's step times; the probe's start-up cost = the
-     time from its first OOM to the end of step 1, less one step (the ladder and the measured
-     choice answering before training starts).
+     steps asked - steps trained; recovery latency = the time from the run's first OOM, whatever
+     its phase (the probe's included), to the end of the next training step, in the final plan's
+     step times: what the OOM cost the user, the probe's start-up (its ladder and the measured
+     choice before step 1) included. Its two parts are shown as well: the latency after a
+     training-step OOM, and the probe's start-up = the time from the probe's first OOM to the
+     end of step 1, less one step.
 
 Two model sizes: the bundled base model ("tiny") and the benchmark UNet of bench/throughput.py
 ("small", SD 1.x's shape at 64/128/256 channels) on the same VAE and text encoder.
@@ -116,10 +118,10 @@ def iso_seconds(text):
         tzinfo=datetime.timezone.utc).timestamp()
 
 
-def recovery_latency(events, metrics, phases=("train_step",)):
-    """From the first OOM in `phases` to the end of the next step, in the run's median step
-    times."""
-    ooms = [e for e in events if e["event"] == "oom" and e.get("phase") in phases]
+def recovery_latency(events, metrics, phases=None):
+    """From the first OOM in `phases` (None: any phase) to the end of the next step, in the
+    run's median step times."""
+    ooms = [e for e in events if e["event"] == "oom" and (phases is None or e.get("phase") in phases)]
     if not ooms or len(metrics) < 4:
         return None
     t = iso_seconds(ooms[0]["time"])
@@ -184,10 +186,11 @@ def run_size(loom, work, model, label, steps, repeats):
     budgets = budgets_of(grid)
     print(f"\n{label}: {len(budgets)} budgets, {steps} steps, {repeats} repeats per plan; job: "
           f"batch {EFFECTIVE_BATCH}, checkpointing off, low_vram 0")
-    print("| budget | loom ends on | OOMs | steps lost | step-OOM latency | probe start-up "
-          "| loom plan it/s (spread) | best fitting plan | its it/s (spread) | efficiency |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    efficiencies, lost_total, latencies, startups = [], 0, [], []
+    print("| budget | loom ends on | OOMs | steps lost | recovery latency | of it: step-OOM "
+          "latency | probe start-up | loom plan it/s (spread) | best fitting plan | its it/s "
+          "(spread) | efficiency |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    efficiencies, lost_total, totals, latencies, startups = [], 0, [], [], []
     for budget in budgets:
         fitting = {k: v for k, v in grid.items() if v["peak"] <= budget}
         name = f"budget_{budget}"
@@ -196,7 +199,7 @@ def run_size(loom, work, model, label, steps, repeats):
         if metrics is None:
             if fitting:
                 efficiencies.append(0.0)
-            print(f"| {budget / 2**20:.2f} MiB | does not fit ({final}) | - | all | - | - | - | "
+            print(f"| {budget / 2**20:.2f} MiB | does not fit ({final}) | - | all | - | - | - | - | "
                   f"{'none fits' if not fitting else describe(max(fitting, key=lambda k: fitting[k]['median']))}"
                   f" | - | {'-' if not fitting else '**0.00**'} |", flush=True)
             continue
@@ -205,7 +208,10 @@ def run_size(loom, work, model, label, steps, repeats):
         ooms = sum(1 for e in events if e["event"] == "oom")
         trained = len({m["step"] for m in metrics})
         lost_total += steps - trained
-        latency = recovery_latency(events, metrics)
+        total = recovery_latency(events, metrics)
+        if total is not None:
+            totals.append(total)
+        latency = recovery_latency(events, metrics, ("train_step",))
         if latency is not None:
             latencies.append(latency)
         startup = startup_cost(events, metrics)
@@ -216,6 +222,7 @@ def run_size(loom, work, model, label, steps, repeats):
         if mine:
             efficiencies.append(ratio)
         print(f"| {budget / 2**20:.2f} MiB | {describe(key)} | {ooms} | {steps - trained} | "
+              f"{'-' if total is None else f'{total:.2f}'} | "
               f"{'-' if latency is None else f'{latency:.2f}'} | "
               f"{'-' if startup is None else f'{startup:.1f}'} | "
               f"{mine['median']:.2f} ({mine['low']:.2f}..{mine['high']:.2f}) | {describe(best)} | "
@@ -224,7 +231,10 @@ def run_size(loom, work, model, label, steps, repeats):
     if efficiencies:
         print(f"\n{label}: efficiency lowest {min(efficiencies):.2f}, median "
               f"{statistics.median(efficiencies):.2f} over {len(efficiencies)} budgets; steps "
-              f"lost {lost_total}; recovery latency after a training-step OOM: "
+              f"lost {lost_total}; recovery latency from the first OOM (the probe's included): "
+              + (f"median {statistics.median(totals):.1f}, at most {max(totals):.1f} step-times"
+                 if totals else "no OOM")
+              + "; after a training-step OOM: "
               + (f"at most {max(latencies):.2f} step-times" if latencies else
                  "no budget had one (the probe answered every OOM before step 1)")
               + (f"; the probe's start-up cost (its OOMs and measurements before step 1): "

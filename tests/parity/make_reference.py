@@ -10,6 +10,7 @@ Writes, with fixed seeds:
   OUT/cases/<name>.inputs.safetensors and <name>.expected.safetensors for each component
   OUT/cases/scheduler.safetensors  DDPM/DDIM/Euler reference values
   OUT/t5_tokenizer/, OUT/t5/, OUT/umt5/ and their cases (t5_reference.py)
+  OUT/qwen2_5_vl/, OUT/qwen3/ and their decoder_lm cases (qwen_reference.py)
   OUT/flux/, OUT/flux_schnell/ and their cases (flux_reference.py)
   OUT/optimizers/ 8-bit AdamW and Prodigy steps (optimizer_reference.py)
   OUT/single_file/ SD 1.x and SDXL single-file checkpoints, their folders and a hub cache
@@ -35,6 +36,7 @@ import flux_reference
 import optimizer_reference
 import quantization_reference
 import single_file_reference
+import qwen_reference
 import t5_reference
 import wan_reference
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
@@ -272,6 +274,7 @@ def main(out):
     single_file_reference.build(out, vocab_folder, vocab_size)
     quantization_reference.build(out)
     wan_reference.build(out, cases, t5_tokenizer)
+    qwen_reference.build(out, cases)
     print(f"parity references written to {out}")
 
 

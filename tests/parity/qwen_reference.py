@@ -1,0 +1,99 @@
+"""Qwen-family text-encoder references for loom's parity tests (issues 41 and 42): tiny random
+language models made here with transformers, never downloaded.
+
+Called by make_reference.py. Writes under OUT:
+  qwen2_5_vl/  a Qwen2_5_VLForConditionalGeneration folder (config.json, model.safetensors) as
+               Qwen-Image's text_encoder is one: the language model with q/k/v biases and the
+               multimodal rotary embedding, a tiny vision tower and the LM head beside it;
+  qwen3/       a Qwen3ForCausalLM folder, as Z-Image's text_encoder: q_norm / k_norm, no biases,
+               a head size that is not hidden_size / heads;
+and cases/decoder_lm_<name>.{inputs,expected}.safetensors: right-padded batches of ids with
+their attention mask as the pipelines pass them, and hidden_states[-1] (Qwen-Image) and
+hidden_states[-2] (Z-Image) of the text model; for Qwen2.5-VL also a run with three different
+position rows (time, height, width), as an image's tokens have them.
+"""
+import os
+
+import torch
+
+from reference_cases import save_case
+
+VOCAB = 300
+
+
+def perturb_(model, generator, scale=0.2):
+    """Random weights of a useful size (transformers' init makes norms exactly one)."""
+    for p in model.parameters():
+        p.copy_(torch.randn(p.shape, generator=generator) * scale)
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.copy_(1.0 + torch.randn(p.shape, generator=generator) * 0.1)
+
+
+def batch(generator):
+    """Two right-padded prompts of 11 and 7 tokens, as the tokenizer pads a batch."""
+    ids = torch.randint(0, VOCAB, (2, 11), generator=generator)
+    mask = torch.ones(2, 11, dtype=torch.long)
+    mask[1, 7:] = 0
+    ids[1, 7:] = 0
+    return ids, mask
+
+
+def build_qwen2_5_vl(out, cases, g):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    config = Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=56,
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         rms_norm_eps=1e-6, max_position_embeddings=512,
+                         bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                          "mrope_section": [1, 1, 2]}),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=24, num_heads=2,
+                           out_hidden_size=32, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2, fullatt_block_indexes=[0]),
+        image_token_id=VOCAB - 5, video_token_id=VOCAB - 4, vision_start_token_id=VOCAB - 3,
+        vision_end_token_id=VOCAB - 2)
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    perturb_(model, g)
+    model.save_pretrained(os.path.join(out, "qwen2_5_vl"), safe_serialization=True)
+    ids, mask = batch(g)
+    # As QwenImagePipeline calls it.
+    states = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    # Three position rows that differ, as an image's tokens have them (the language model alone:
+    # position ids given, so no rope index is computed from the ids).
+    positions = torch.stack([torch.arange(11), torch.arange(11) // 3, torch.arange(11) % 3 + 2])
+    positions = positions.unsqueeze(1).expand(3, 2, 11).contiguous()
+    embeds = model.model.language_model.embed_tokens(ids)
+    rows = model.model.language_model(inputs_embeds=embeds, attention_mask=mask,
+                                      position_ids=positions).last_hidden_state
+    save_case(cases, "decoder_lm_qwen2_5_vl",
+              {"input_ids": ids, "attention_mask": mask, "position_ids": positions},
+              {"last": states[-1], "second_to_last": states[-2], "embeddings": states[0],
+               "three_rows": rows})
+
+
+def build_qwen3(out, cases, g):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=12, rms_norm_eps=1e-6, max_position_embeddings=512,
+                         bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                         tie_word_embeddings=True)
+    model = Qwen3ForCausalLM(config).eval()
+    perturb_(model, g)
+    model.save_pretrained(os.path.join(out, "qwen3"), safe_serialization=True)
+    ids, mask = batch(g)
+    # As ZImagePipeline calls it.
+    states = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    save_case(cases, "decoder_lm_qwen3", {"input_ids": ids, "attention_mask": mask},
+              {"last": states[-1], "second_to_last": states[-2], "embeddings": states[0]})
+
+
+@torch.no_grad()
+def build(out, cases):
+    g = torch.Generator().manual_seed(41)
+    build_qwen2_5_vl(out, cases, g)
+    build_qwen3(out, cases, g)
