@@ -110,7 +110,7 @@ TEST(DecoderLMConfigErrors, NameTheKey) {
     EXPECT_NE(message(R"({"model_type": "qwen2_5_vl", "text_config": {"hidden_size": 64,
               "num_attention_heads": 2, "num_key_value_heads": 2,
               "rope_parameters": {"rope_type": "mrope", "mrope_section": [8, 8, 8]}}})")
-                  .find("mrope_section sums to 24"),
+                  .find("rope_parameters.mrope_section' sums to 24"),
               std::string::npos);
     EXPECT_NE(message(R"({"model_type": "qwen3", "rope_parameters": {"rope_type": "yarn"}})")
                   .find("yarn"),

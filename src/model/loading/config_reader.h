@@ -22,6 +22,14 @@ class ConfigReader {
   public:
     explicit ConfigReader(const std::filesystem::path& path) : path_(path), j_(read_json(path)) {}
 
+    // The object under `key` (transformers' nested "text_config"), read with the same checks;
+    // its errors name the key as "text_config.hidden_size". An absent key reads as empty.
+    ConfigReader section(const char* key) const {
+        if (has(key) && !j_[key].is_object()) fail(key, "must be an object");
+        return ConfigReader(path_, has(key) ? j_[key] : nlohmann::json::object(),
+                            prefix_ + key + ".");
+    }
+
     const nlohmann::json& raw() const { return j_; }
     bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
 
@@ -99,12 +107,16 @@ class ConfigReader {
     }
 
     [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-        throw FormatError(path_.string(), "'" + key + "' " + what);
+        throw FormatError(path_.string(), "'" + prefix_ + key + "' " + what);
     }
 
   private:
+    ConfigReader(std::filesystem::path path, nlohmann::json j, std::string prefix)
+        : path_(std::move(path)), j_(std::move(j)), prefix_(std::move(prefix)) {}
+
     std::filesystem::path path_;
     nlohmann::json j_;
+    std::string prefix_;  // of a section: "text_config."
 };
 
 }  // namespace loom

@@ -188,86 +188,55 @@ DecoderLMConfig read_decoder_lm_config(const fs::path& path) {
     }
     // transformers 5 writes Qwen2.5-VL's language model under text_config; transformers 4 wrote
     // it at the top level (the Qwen-Image folders on the Hub have both).
-    const nlohmann::json& raw = top.raw();
-    const bool nested = type == "qwen2_5_vl" && raw.contains("text_config") &&
-                        raw["text_config"].is_object() &&
-                        raw["text_config"].contains("hidden_size");
-    nlohmann::json text = nested ? raw["text_config"] : raw;
-    auto integer = [&](const char* key, int64_t fallback) {
-        if (!text.contains(key) || text[key].is_null()) return fallback;
-        if (!text[key].is_number_integer()) top.fail(key, "must be an integer");
-        return text[key].get<int64_t>();
-    };
-    auto number = [&](const char* key, double fallback) {
-        if (!text.contains(key) || text[key].is_null()) return fallback;
-        if (!text[key].is_number()) top.fail(key, "must be a number");
-        return text[key].get<double>();
-    };
+    const bool nested = type == "qwen2_5_vl" && top.section("text_config").has("hidden_size");
+    const ConfigReader text = nested ? top.section("text_config") : top;
     DecoderLMConfig c;
     c.model_type = type;
-    c.vocab_size = integer("vocab_size", c.vocab_size);
-    c.hidden_size = integer("hidden_size", c.hidden_size);
-    c.intermediate_size = integer("intermediate_size", c.intermediate_size);
-    c.num_layers = integer("num_hidden_layers", c.num_layers);
-    c.num_heads = integer("num_attention_heads", c.num_heads);
-    c.num_kv_heads = integer("num_key_value_heads", c.num_heads);
-    c.head_dim = type == "qwen3" ? integer("head_dim", c.hidden_size / c.num_heads)
+    c.vocab_size = text.integer("vocab_size", c.vocab_size);
+    c.hidden_size = text.integer("hidden_size", c.hidden_size);
+    c.intermediate_size = text.integer("intermediate_size", c.intermediate_size);
+    c.num_layers = text.integer("num_hidden_layers", c.num_layers);
+    c.num_heads = text.integer("num_attention_heads", c.num_heads);
+    c.num_kv_heads = text.integer("num_key_value_heads", c.num_heads);
+    c.head_dim = type == "qwen3" ? text.integer("head_dim", c.hidden_size / c.num_heads)
                                  : c.hidden_size / std::max<int64_t>(c.num_heads, 1);
-    c.rms_norm_eps = number("rms_norm_eps", c.rms_norm_eps);
-    c.attention_bias =
-        type == "qwen3" ? (text.contains("attention_bias") && text["attention_bias"].is_boolean() &&
-                           text["attention_bias"].get<bool>())
-                        : true;
+    c.rms_norm_eps = text.number("rms_norm_eps", c.rms_norm_eps);
+    c.attention_bias = type == "qwen3" ? text.boolean("attention_bias", false) : true;
     c.qk_norm = type == "qwen3";
     // The rope: transformers 5's rope_parameters, or transformers 4's rope_theta and
     // rope_scaling ({"type": "mrope", "mrope_section": [...]}).
-    nlohmann::json rope = text.contains("rope_parameters") && text["rope_parameters"].is_object()
-                              ? text["rope_parameters"]
-                              : nlohmann::json::object();
-    if (text.contains("rope_scaling") && text["rope_scaling"].is_object()) {
-        for (const auto& [k, v] : text["rope_scaling"].items()) rope[k] = v;
-    }
-    c.rope_theta = rope.contains("rope_theta") && rope["rope_theta"].is_number()
-                       ? rope["rope_theta"].get<double>()
-                       : number("rope_theta", c.rope_theta);
-    std::string rope_type = "default";
-    for (const char* key : {"rope_type", "type"}) {
-        if (rope.contains(key) && rope[key].is_string()) rope_type = rope[key].get<std::string>();
-    }
-    if (rope.contains("mrope_section")) {
-        if (!rope["mrope_section"].is_array())
-            top.fail("rope_scaling", "mrope_section must be a list");
-        for (const auto& e : rope["mrope_section"]) {
-            if (!e.is_number_integer()) top.fail("rope_scaling", "mrope_section must be integers");
-            c.mrope_section.push_back(e.get<int64_t>());
-        }
-    } else if (type == "qwen2_5_vl") {
-        c.mrope_section = {16, 24, 24};  // transformers' default for Qwen2.5-VL
-    }
+    const ConfigReader parameters = text.section("rope_parameters");
+    const ConfigReader scaling = text.section("rope_scaling");
+    const ConfigReader& rope = text.has("rope_scaling") ? scaling : parameters;
+    c.rope_theta = parameters.number("rope_theta", text.number("rope_theta", c.rope_theta));
+    const std::string rope_type =
+        rope.text("rope_type", rope.text("type", parameters.text("rope_type", "default")));
+    c.mrope_section = rope.list<int64_t>(
+        "mrope_section",
+        type == "qwen2_5_vl" ? std::vector<int64_t>{16, 24, 24}  // its default
+                             : std::vector<int64_t>{},
+        "a list of integers", [](const nlohmann::json& e) { return e.is_number_integer(); });
     if (rope_type != "default" && rope_type != "mrope") {
-        top.fail("rope_scaling", "has rope type '" + rope_type +
-                                     "'; loom's decoder LM implements the default rotary "
-                                     "embedding and Qwen2.5-VL's mrope");
+        rope.fail("rope_type", "is '" + rope_type +
+                                   "'; loom's decoder LM implements the default rotary "
+                                   "embedding and Qwen2.5-VL's mrope");
     }
-    const std::string act = text.contains("hidden_act") && text["hidden_act"].is_string()
-                                ? text["hidden_act"].get<std::string>()
-                                : "silu";
-    if (act != "silu") top.fail("hidden_act", "is '" + act + "'; loom's decoder LM uses silu");
-    if (text.contains("use_sliding_window") && text["use_sliding_window"].is_boolean() &&
-        text["use_sliding_window"].get<bool>()) {
-        top.fail("use_sliding_window", "is true; loom's decoder LM attends over every token");
+    const std::string act = text.text("hidden_act", "silu");
+    if (act != "silu") text.fail("hidden_act", "is '" + act + "'; loom's decoder LM uses silu");
+    if (text.boolean("use_sliding_window", false)) {
+        text.fail("use_sliding_window", "is true; loom's decoder LM attends over every token");
     }
     if (c.num_layers < 1 || c.num_heads < 1 || c.num_kv_heads < 1 || c.head_dim < 2 ||
         c.head_dim % 2 != 0 || c.num_heads % c.num_kv_heads != 0) {
-        top.fail("num_attention_heads",
-                 "and num_key_value_heads, num_hidden_layers, head_dim must be positive, head_dim "
-                 "even and the heads a multiple of the key/value heads");
+        text.fail("num_attention_heads",
+                  "and num_key_value_heads, num_hidden_layers, head_dim must be positive, head_dim "
+                  "even and the heads a multiple of the key/value heads");
     }
     const int64_t sections =
         std::accumulate(c.mrope_section.begin(), c.mrope_section.end(), int64_t{0});
     if (!c.mrope_section.empty() && sections != c.head_dim / 2) {
-        top.fail("rope_scaling", "mrope_section sums to " + std::to_string(sections) +
-                                     ", not head_dim / 2 = " + std::to_string(c.head_dim / 2));
+        rope.fail("mrope_section", "sums to " + std::to_string(sections) +
+                                       ", not head_dim / 2 = " + std::to_string(c.head_dim / 2));
     }
     return c;
 }
