@@ -33,7 +33,6 @@ constexpr const char* kOtherAiToolkitArchs[] = {
     "qwen_image_edit_plus",
     "omnigen2",
     "f-lite",
-    "zimage",
     "zimage_l2p",
     "ltx2",
     "ltx2.3",
@@ -76,6 +75,9 @@ const std::vector<ArchInfo>& arch_table() {
         {Arch::kChroma, "chroma",    "Chroma",               F::kChroma,          "ChromaPipeline",            true,  false, 32,    false, G::kClassifierFree,     5.0, true,  "chroma",          "networks.lora_flux",  "diffusion_model", N::kFluxOriginal},
         // Flex.2: Flux.1's transformer over the latents with Flex.2's inpaint and control channels
         {Arch::kFlex2, "flex2",      "Flex.2",               F::kFlux,            "FluxPipeline",              true,  false, 16,    true,  G::kDistilledEmbedding, 3.5, true,  "flux1",           "networks.lora_flux",  "transformer", N::kDiffusers, /*control_images=*/true},
+        // Z-Image: a single-stream DiT over 2x2 patches, Qwen3 as text encoder, Flux's VAE;
+        // sampled at ai-toolkit's guidance 1 (Turbo's: one pass), which it lowers by one
+        {Arch::kZImage, "zimage",    "Z-Image",              F::kZImage,          "ZImagePipeline",            true,  false, 16,    false, G::kClassifierFree,     1.0, true,  "zimage",          "networks.lora",       "diffusion_model", N::kDiffusers},
     };
     // clang-format on
     return kTable;
@@ -88,6 +90,7 @@ const char* to_string(FamilyKind family) {
         case FamilyKind::kWan: return "Wan";
         case FamilyKind::kWan22: return "Wan 2.2";
         case FamilyKind::kChroma: return "Chroma";
+        case FamilyKind::kZImage: return "Z-Image";
     }
     return "?";
 }

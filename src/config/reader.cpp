@@ -384,6 +384,9 @@ class StructReader {
             if (e.used) continue;
             const std::string path = join_path(path_, e.key);
             if (contains(not_yet_, e.key)) {
+                // Off (null, false, empty): what loom does without the setting anyway, as
+                // ai-toolkit's UI writes every key of its form (mask_path: null, controls: []).
+                if (asks_for_nothing(e.value)) continue;
                 ctx_.warn(DiagnosticKind::kNotSupportedYet, e.key_node, path,
                           path +
                               " is an ai-toolkit setting that loom does not support yet; it "
@@ -401,6 +404,13 @@ class StructReader {
     }
 
   private:
+    static bool asks_for_nothing(const YAML::Node& value) {
+        if (!value || value.IsNull()) return true;
+        if (value.IsSequence() || value.IsMap()) return value.size() == 0;
+        const std::string text = value.Scalar();
+        return text.empty() || text == "false" || text == "False" || text == "FALSE";
+    }
+
     struct Entry {
         std::string key;
         YAML::Node key_node;

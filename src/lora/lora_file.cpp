@@ -164,11 +164,14 @@ void save_lora_file(const LoRANetwork& network, const std::vector<const LoRATarg
         tensors.emplace_back(stem + ".lora_B.weight", at::block_diag(ups).to(dtype));
     }
     metadata.emplace_back("format", "pt");
-    // diffusers builds LoraConfig(**metadata) for its own module names; a file in the original
-    // Wan names is converted by its loader, which reads the ranks from the shapes (scale 1, as
-    // alpha is folded into lora_B), as it reads ai-toolkit's.
+    // diffusers builds LoraConfig(**metadata) for its own module names under its own component
+    // prefix; a file in the original Wan names, or under "diffusion_model." (ai-toolkit's Z-Image
+    // layout), is converted by its loader, which reads the ranks from the shapes (scale 1, as
+    // alpha is folded into lora_B), as it reads ai-toolkit's — given metadata, diffusers 0.42.1's
+    // Z-Image loader fails on it (KeyError 'model_type').
     if (layout == LoRAFileLayout::kPeft &&
-        model.module_names == config::LoRAModuleNames::kDiffusers) {
+        model.module_names == config::LoRAModuleNames::kDiffusers &&
+        (prefix == "unet" || prefix == "transformer")) {
         // r is the most common rank, and modules of another rank (3x3 convs with network.conv)
         // need rank_pattern, plus alpha_pattern to keep their scale at 1. "^" anchors the path.
         int64_t rank = 0;

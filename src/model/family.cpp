@@ -12,6 +12,7 @@
 #include "loom/model/text/clip_text_model.h"
 #include "loom/model/wan/wan_family.h"
 #include "loom/model/wan22/wan22_family.h"
+#include "loom/model/zimage/zimage_family.h"
 
 namespace loom {
 
@@ -27,6 +28,8 @@ const std::vector<FamilyEntry>& family_table() {
          Wan22Family::eval_components},
         {config::FamilyKind::kChroma, ChromaFamily::load, ChromaFamily::declared_blocks,
          ChromaFamily::eval_components},
+        {config::FamilyKind::kZImage, ZImageFamily::load, ZImageFamily::declared_blocks,
+         ZImageFamily::eval_components},
     };
     return table;
 }

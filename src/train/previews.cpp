@@ -12,6 +12,7 @@
 #include "loom/data/animation.h"
 #include "loom/data/image.h"
 #include "loom/data/image_tensor.h"
+#include "loom/lora/assistant_adapter.h"
 #include "loom/lora/lora_network.h"
 #include "loom/model/family.h"
 #include "loom/train/lora_training.h"
@@ -165,6 +166,7 @@ std::vector<at::Tensor> render_previews(const PreviewModel& preview,
     SamplingMode mode(preview.lora.network(), process.sample.network_multiplier);
     LoRATraining::EmaWeights ema(preview.lora);
     LowVramMode::EncodersOnDevice encoders(preview.low_vram);
+    AssistantAdapter::Removed assistant(preview.assistant, preview.device);
     return preview.model.sample(requests, options, preview.device);
 }
 

@@ -7,8 +7,19 @@ namespace loom {
 void Trainer::load() {
     lora_.reset();
     low_vram_.reset();
+    assistant_.reset();
     model_.reset();  // a retried load first lets go of the failed attempt's weights
     model_ = load_frozen_base(process_);
+    if (process_.model.assistant_lora_path) {
+        // Merged on the host before placement, so that quantization takes the merged weights.
+        assistant_ = std::make_unique<AssistantAdapter>(
+            model_->denoiser(), locate_assistant_lora(*process_.model.assistant_lora_path),
+            lora_model_of(model_->arch()));
+        train_log().info(
+            "model.assistant_lora_path: {} ({} modules) merged into the base for "
+            "training, taken out of previews",
+            assistant_->path().string(), assistant_->modules());
+    }
     ObjectiveOptions objective = ObjectiveOptions::from(process_);
     objective.job_batch *= ranks();  // a micro-batch of every rank's items: the slots are global
     objective_ = DiffusionObjective::for_family(objective, *model_);

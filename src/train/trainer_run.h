@@ -26,6 +26,7 @@
 #include "loom/guard/plan.h"
 #include "loom/guard/plan_store.h"
 #include "loom/io/atomic_file.h"
+#include "loom/lora/assistant_adapter.h"
 #include "loom/lora/kohya_metadata.h"
 #include "loom/model/family.h"
 #include "loom/model/loading/model_fingerprint.h"
@@ -106,7 +107,9 @@ class Trainer final : public guard::GuardedTarget {
         return static_cast<std::uint64_t>(process_.training_seed.value_or(0));
     }
     const guard::Plan& plan() const { return guard_->plan(); }
-    PreviewModel preview_model() { return {*model_, *lora_, *low_vram_, device_->torch_device()}; }
+    PreviewModel preview_model() {
+        return {*model_, *lora_, *low_vram_, device_->torch_device(), assistant_.get()};
+    }
 
     const config::Job& job_;
     const config::ProcessConfig& process_;
@@ -118,6 +121,7 @@ class Trainer final : public guard::GuardedTarget {
     std::unique_ptr<guard::EventLog> events_;
     std::unique_ptr<guard::Guard> guard_;
     std::unique_ptr<ModelFamily> model_;
+    std::unique_ptr<AssistantAdapter> assistant_;  // model.assistant_lora_path, merged into model_
     std::unique_ptr<LowVramMode> low_vram_;
     std::unique_ptr<LoRATraining> lora_;
     std::unique_ptr<TrainingData> data_;

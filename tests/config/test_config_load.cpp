@@ -213,6 +213,18 @@ TEST(ConfigWarnings, NotSupportedYetKeyIsDistinct) {
               "setting that loom does not support yet; it is ignored");
 }
 
+TEST(ConfigWarnings, NotSupportedYetKeyThatIsOffIsQuiet) {
+    // ai-toolkit's UI writes every key of its form; one that is off asks loom for nothing.
+    const LoadedJob quiet = load(minimal_job_with(
+        "      train:\n        unload_text_encoder: false\n        diff_output_preservation: "
+        "false\n      sqlite_db_path: ''\n"));
+    EXPECT_TRUE(quiet.warnings.empty()) << quiet.warnings.front().to_string();
+    const LoadedJob on =
+        load(minimal_job_with("      train:\n        unload_text_encoder: true\n"));
+    ASSERT_EQ(on.warnings.size(), 1u);
+    EXPECT_EQ(on.warnings[0].kind, DiagnosticKind::kNotSupportedYet);
+}
+
 TEST(ConfigWarnings, NotSupportedYetValue) {
     const LoadedJob loaded = load(minimal_job_with("      train:\n        optimizer: lion8bit\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
@@ -247,7 +259,7 @@ TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
     EXPECT_EQ(loaded.warnings[0].to_string(),
               "job.yaml:12:15: warning: config.process.0.model.arch 'qwen_image' is an "
               "ai-toolkit architecture that loom cannot train yet (loom trains sd1, sdxl, flux, "
-              "wan21, wan22_14b, flux_kontext, chroma, flex2)");
+              "wan21, wan22_14b, flux_kontext, chroma, flex2, zimage)");
 }
 
 TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {

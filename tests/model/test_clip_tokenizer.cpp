@@ -453,8 +453,7 @@ TEST_F(TinyTokenizerJson, MalformedAddedTokensAreFormatErrors) {
     json_["added_tokens"] = {added("!", 0, false)};
     json_["added_tokens"][0]["lstrip"] = true;
     EXPECT_EQ(load_error(),
-              "added_tokens[0] sets \"lstrip\": true, which loom's CLIP tokenizer "
-              "does not support");
+              "added_tokens[0] sets \"lstrip\": true, which loom's tokenizers do not support");
     json_["added_tokens"][0]["lstrip"] = false;
     json_["added_tokens"][0]["normalized"] = "no";
     EXPECT_EQ(load_error(), "added_tokens[0].normalized must be true or false, not \"no\"");
@@ -575,7 +574,7 @@ TEST_F(TinyVocab, MalformedConfigIsAFormatError) {
                R"({"pad_token": {"content": "!", "rstrip": true}})");
     EXPECT_EQ(error_message<FormatError>([&] { CLIPTokenizer::from_folder(dir_.path()); }),
               (dir_.path() / "tokenizer_config.json").string() +
-                  ": pad_token sets \"rstrip\": true, which loom's CLIP tokenizer does not "
+                  ": pad_token sets \"rstrip\": true, which loom's tokenizers do not "
                   "support");
 }
 

@@ -15,6 +15,7 @@
 #include "loom/model/sd/sd_family.h"
 #include "loom/model/wan/wan_family.h"
 #include "loom/model/wan22/wan22_family.h"
+#include "loom/model/zimage/zimage_family.h"
 #include "temp_dir.h"
 
 namespace loom {
@@ -33,7 +34,7 @@ TEST(FamilyTable, EveryArchsFamilyHasItsRow) {
     for (const config::ArchInfo& a : config::arch_table()) {
         EXPECT_EQ(family_entry(a.family).kind, a.family) << a.name;
     }
-    EXPECT_EQ(family_table().size(), 5u);
+    EXPECT_EQ(family_table().size(), 6u);
 }
 
 TEST(FamilyTable, TheRowsBlocksAreTheFamilys) {
@@ -42,6 +43,8 @@ TEST(FamilyTable, TheRowsBlocksAreTheFamilys) {
     EXPECT_EQ(&family_entry(config::FamilyKind::kWan22).blocks(), &Wan22Family::declared_blocks());
     EXPECT_EQ(&family_entry(config::FamilyKind::kChroma).blocks(),
               &ChromaFamily::declared_blocks());
+    EXPECT_EQ(&family_entry(config::FamilyKind::kZImage).blocks(),
+              &ZImageFamily::declared_blocks());
     EXPECT_EQ(family_entry(config::FamilyKind::kWan22).blocks().experts.size(), 2u);
     const DenoiserBlocks& flux = family_entry(config::FamilyKind::kFlux).blocks();
     EXPECT_EQ(flux.lora_targeting, LoRATargeting::kBlockLinears);

@@ -98,7 +98,8 @@ def file_deltas(path):
             continue
         down, up = found[parts[0]], found[parts[1]]
         scale = found[".alpha"].item() / down.shape[0] if kohya else 1.0
-        deltas[stem if kohya else stem.removeprefix("unet.").removeprefix("transformer.")] = \
+        deltas[stem if kohya else stem.removeprefix("unet.").removeprefix("transformer.")
+                .removeprefix("diffusion_model.")] = \
             (up.flatten(1) @ down.flatten(1)) * scale
     return deltas, len(tensors), stray
 

@@ -11,6 +11,7 @@ Writes, with fixed seeds:
   OUT/cases/scheduler.safetensors  DDPM/DDIM/Euler reference values
   OUT/t5_tokenizer/, OUT/t5/, OUT/umt5/ and their cases (t5_reference.py)
   OUT/qwen2_5_vl/, OUT/qwen3/ and their decoder_lm cases (qwen_reference.py)
+  OUT/qwen2_tokenizer/, OUT/zimage/ and their cases (zimage_reference.py)
   OUT/flux/, OUT/flux_schnell/ and their cases (flux_reference.py)
   OUT/optimizers/ 8-bit AdamW and Prodigy steps (optimizer_reference.py)
   OUT/single_file/ SD 1.x and SDXL single-file checkpoints, their folders and a hub cache
@@ -39,6 +40,7 @@ import single_file_reference
 import qwen_reference
 import t5_reference
 import wan_reference
+import zimage_reference
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
                           CLIPTokenizer)
 
@@ -275,6 +277,7 @@ def main(out):
     quantization_reference.build(out)
     wan_reference.build(out, cases, t5_tokenizer)
     qwen_reference.build(out, cases)
+    zimage_reference.build(out, cases, flux_reference.vae())
     print(f"parity references written to {out}")
 
 

@@ -66,6 +66,7 @@ MODEL_FAMILIES = {
     "wan": [],
     "wan22": ["wan"],  # Wan 2.2 14B: two Wan 2.1 transformers over its VAE and UMT5
     "chroma": ["flux"],  # Chroma: Flux's blocks without their modulation Linears
+    "zimage": ["flux"],  # Z-Image: Flux's VAE, its previews' noise drawn as Flux's pipeline does
 }
 
 # The only layers whose code may name HostScope.

@@ -18,10 +18,21 @@
 namespace loom::config {
 
 // The archs loom builds (loads, and trains where the row says so).
-enum class Arch { kSd1, kSd2, kSdxl, kFlux, kWan21, kWan22_14b, kFluxKontext, kChroma, kFlex2 };
+enum class Arch {
+    kSd1,
+    kSd2,
+    kSdxl,
+    kFlux,
+    kWan21,
+    kWan22_14b,
+    kFluxKontext,
+    kChroma,
+    kFlex2,
+    kZImage
+};
 
 // The family implementation an arch is trained through (model/family.h).
-enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22, kChroma };
+enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22, kChroma, kZImage };
 
 // How a LoRA file names the denoiser's modules: diffusers' own paths ("blocks.0.attn1.to_q"), or
 // the original Wan checkpoint's ("blocks.0.self_attn.q"), as ai-toolkit writes Wan 2.2 LoRAs

@@ -71,6 +71,9 @@ struct ModelConfig {
     std::string qtype_te = "qfloat8";
     bool low_vram = false;
     ModelKwargs model_kwargs;
+    // A LoRA merged into the base for training and taken out of previews
+    // (lora/assistant_adapter.h).
+    std::optional<std::string> assistant_lora_path;
 
     template <class V>
     static void fields(V& v) {
@@ -96,6 +99,7 @@ struct ModelConfig {
         v("qtype_te", &ModelConfig::qtype_te);
         v("low_vram", &ModelConfig::low_vram);
         v("model_kwargs", &ModelConfig::model_kwargs);
+        v("assistant_lora_path", &ModelConfig::assistant_lora_path);
         v.not_yet({"quantize_kwargs",
                    "layer_offloading",
                    "layer_offloading_transformer_percent",
@@ -110,7 +114,6 @@ struct ModelConfig {
                    "unet_path",
                    "model_paths",
                    "lora_path",
-                   "assistant_lora_path",
                    "inference_lora_path",
                    "unconditional_lora_path",
                    "accuracy_recovery_adapter",

@@ -16,6 +16,7 @@
 
 namespace loom {
 
+class AssistantAdapter;
 class LoRATraining;
 class LowVramMode;
 class RunFolder;
@@ -25,12 +26,13 @@ class ModelFamily;
 std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& process);
 
 // What the trainer lends the previews: the model with its LoRA, the encoders' placement, the
-// device.
+// device, and the assistant adapter merged into the model (taken out of previews), if any.
 struct PreviewModel {
     ModelFamily& model;
     LoRATraining& lora;
     LowVramMode& low_vram;
     const at::Device device;
+    AssistantAdapter* assistant = nullptr;
 };
 
 // Runs `requests` under `sample_plan` (each request capped to its width/height, batching as it

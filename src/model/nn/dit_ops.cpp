@@ -43,18 +43,22 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& positions, int64_t dim,
-                                                double theta) {
+                                                double theta, AnglePrecision precision) {
     const auto doubles = at::TensorOptions().dtype(at::kDouble).device(positions.device());
     const at::Tensor freqs =
         1.0 / at::pow(theta, at::arange(0, dim, 2, doubles) / static_cast<double>(dim));
-    const at::Tensor angles = at::outer(positions.to(at::kDouble), freqs);
+    at::Tensor angles = at::outer(positions.to(at::kDouble), freqs);
+    if (precision == AnglePrecision::kFloat32) angles = angles.to(at::kFloat);
     return {angles.cos().repeat_interleave(2, 1).to(at::kFloat),
             angles.sin().repeat_interleave(2, 1).to(at::kFloat)};
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-    // [S, D] -> [1, S, 1, D], broadcast over the batch and the heads.
-    return RotaryFunction::apply(x, cos.unsqueeze(0).unsqueeze(2), sin.unsqueeze(0).unsqueeze(2));
+    // [S, D] -> [1, S, 1, D] or [B, S, D] -> [B, S, 1, D], broadcast over the heads.
+    const auto spread = [](const at::Tensor& t) {
+        return (t.dim() == 2 ? t.unsqueeze(0) : t).unsqueeze(2);
+    };
+    return RotaryFunction::apply(x, spread(cos), spread(sin));
 }
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

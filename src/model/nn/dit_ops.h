@@ -15,15 +15,21 @@
 
 namespace loom::dit {
 
+// Where the rotary cosines are taken: of the float64 angles (diffusers' get_1d_rotary_pos_embed:
+// Flux, Wan) or of the angles rounded to float32 first (Z-Image's RopeEmbedder, torch.polar).
+enum class AnglePrecision { kFloat64, kFloat32 };
+
 // cos and sin of each position's angles for one axis of `dim` (even) channels: angle_i =
 // position / theta^(2i/dim), computed in float64 as the reference does, each repeated for the
 // two channels of its pair; [S, dim] float32 each. `positions`: [S], any numeric dtype.
-std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& positions, int64_t dim,
-                                                double theta);
+std::pair<at::Tensor, at::Tensor> rotary_tables(
+    const at::Tensor& positions, int64_t dim, double theta,
+    AnglePrecision precision = AnglePrecision::kFloat64);
 
 // x [B, S, H, D] with each pair (x0, x1) of its last dimension turned by its position's angle:
 // (x0 cos - x1 sin, x1 cos + x0 sin), computed in float32 and returned in x's dtype. cos, sin:
-// [S, D] float32. One autograd operation that saves only the tables.
+// [S, D] float32 shared by the batch, or [B, S, D] (each item its own positions). One autograd
+// operation that saves only the tables.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // Scaled dot-product attention over [B, S, H, D] queries and [B, S', H, D] keys and values,

@@ -11,7 +11,7 @@
 #include "loom/core/error.h"
 
 // The tokenizer's pipeline is spread over files named for its steps: clip_tokenizer_text.cpp
-// (UTF-8, normalization, pre-tokenization), clip_tokenizer_bpe.cpp (merges, BPE, cache) and
+// (UTF-8, normalization, pre-tokenization), byte_level_bpe.cpp (merges, BPE, cache) and
 // clip_tokenizer_files.cpp (the folder's files). This one splits text around the added tokens
 // and holds the public API.
 
@@ -19,13 +19,23 @@ namespace loom {
 
 using namespace clip_tokenizer_detail;
 
+CLIPTokenizer::Impl::Impl(std::unordered_map<std::string, int64_t> vocabulary,
+                          std::filesystem::path vocab_path, std::string vocab_name)
+    : bpe_(std::move(vocabulary), std::move(vocab_path), std::move(vocab_name),
+           std::string(kEndOfWord)) {}
+
+void CLIPTokenizer::Impl::add_piece(std::u32string_view piece, std::vector<int64_t>& ids) const {
+    bpe_.encode(to_utf8(piece), unk, ids);
+}
+
 void CLIPTokenizer::Impl::set_special_tokens(const SpecialTokens& special,
                                              const std::string& source) {
     const auto id_of = [&](const std::string& token, const std::string& role) {
-        const auto it = vocab.find(token);
-        if (it == vocab.end()) {
-            throw FormatError(vocab_path_.string(), "the " + role + " \"" + token + "\" (from " +
-                                                        source + ") is not in the vocabulary");
+        const auto it = vocab().find(token);
+        if (it == vocab().end()) {
+            throw FormatError(bpe_.vocab_path().string(), "the " + role + " \"" + token +
+                                                              "\" (from " + source +
+                                                              ") is not in the vocabulary");
         }
         return it->second;
     };
@@ -158,8 +168,8 @@ CLIPTokenizer CLIPTokenizer::from_folder(const std::filesystem::path& dir) {
     const auto json_added = [&] {
         std::vector<TokenSpec> added;
         for (auto& [id, spec] : parse_added_tokens(root, tokenizer_json)) {
-            const auto it = impl->vocab.find(spec.content);
-            if (it != impl->vocab.end() && it->second != id) {
+            const auto it = impl->vocab().find(spec.content);
+            if (it != impl->vocab().end() && it->second != id) {
                 throw FormatError(tokenizer_json.string(),
                                   "the added token \"" + spec.content + "\" has id " +
                                       std::to_string(id) + " but id " + std::to_string(it->second) +
@@ -220,7 +230,7 @@ int CLIPTokenizer::max_length() const {
     return impl_->max_length;
 }
 std::size_t CLIPTokenizer::vocab_size() const {
-    return impl_->vocab.size();
+    return impl_->vocab().size();
 }
 
 }  // namespace loom

@@ -53,7 +53,7 @@ TokenSpec parse_token(const Json& value, bool special, const std::filesystem::pa
     for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
         if (token_flag(value, flag, false, path, key)) {
             throw FormatError(path.string(), key + " sets \"" + flag +
-                                                 "\": true, which loom's CLIP tokenizer does not "
+                                                 "\": true, which loom's tokenizers do not "
                                                  "support");
         }
     }

@@ -120,6 +120,8 @@ char32_t compose(char32_t first, char32_t second) {
     return unicode::primary_composite(first, second);
 }
 
+}  // namespace
+
 std::u32string nfc(std::u32string_view text) {
     // Canonical decomposition, then canonical ordering (a stable sort of each run of non-starters
     // by combining class).
@@ -166,8 +168,6 @@ std::u32string nfc(std::u32string_view text) {
     }
     return out;
 }
-
-}  // namespace
 
 std::u32string normalize(std::u32string_view text) {
     bool ascii = true;

@@ -18,6 +18,9 @@ std::u32string from_valid_utf8(std::string_view text);
 // Throws loom::Error naming the line, column and byte offset of the first invalid byte.
 void check_utf8(std::string_view text);
 
+// NFC as the reference's normalizers.NFC() (the tables of unicode_tables.h).
+std::u32string nfc(std::u32string_view text);
+
 // NFC, whitespace runs to one space, lower-casing (the reference's
 // normalizers.Sequence([NFC(), Replace(Regex(r"\s+"), " "), Lowercase()])).
 std::u32string normalize(std::u32string_view text);

@@ -1,17 +1,18 @@
+#include "byte_level_bpe.h"
+
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <queue>
 #include <utility>
 
-#include "clip_tokenizer_files.h"
-#include "clip_tokenizer_impl.h"
 #include "clip_tokenizer_text.h"
 #include "loom/core/error.h"
 
-namespace loom {
+namespace loom::tokenizer_detail {
 
-using namespace clip_tokenizer_detail;
+using clip_tokenizer_detail::append_utf8;
+using clip_tokenizer_detail::Json;
+using clip_tokenizer_detail::read_file;
 
 namespace {
 
@@ -42,25 +43,28 @@ bool split_merge(std::string_view line, std::string& first, std::string& second)
 
 }  // namespace
 
-CLIPTokenizer::Impl::Impl(std::unordered_map<std::string, int64_t> vocabulary,
-                          std::filesystem::path vocab_path, std::string vocab_name)
-    : vocab(std::move(vocabulary)),
+ByteLevelBpe::ByteLevelBpe(std::unordered_map<std::string, int64_t> vocabulary,
+                           std::filesystem::path vocab_path, std::string vocab_name,
+                           std::string end_of_word, bool ignore_merges)
+    : vocab_(std::move(vocabulary)),
       vocab_path_(std::move(vocab_path)),
-      vocab_name_(std::move(vocab_name)) {
-    const std::array<std::string, 256> symbols = byte_symbols();
+      vocab_name_(std::move(vocab_name)),
+      end_of_word_(std::move(end_of_word)),
+      ignore_merges_(ignore_merges),
+      symbols_(byte_symbols()) {
     for (int b = 0; b < 256; ++b) {
-        const auto mid = vocab.find(symbols[b]);
-        const auto last = vocab.find(symbols[b] + std::string(kEndOfWord));
-        byte_id_[b] = mid == vocab.end() ? -1 : mid->second;
-        byte_last_id_[b] = last == vocab.end() ? -1 : last->second;
+        const auto mid = vocab_.find(symbols_[b]);
+        const auto last = vocab_.find(symbols_[b] + end_of_word_);
+        byte_id_[b] = mid == vocab_.end() ? -1 : mid->second;
+        byte_last_id_[b] = last == vocab_.end() ? -1 : last->second;
     }
 }
 
-void CLIPTokenizer::Impl::add_merge(const std::string& first, const std::string& second,
-                                    const std::filesystem::path& path, const std::string& where) {
+void ByteLevelBpe::add_merge(const std::string& first, const std::string& second,
+                             const std::filesystem::path& path, const std::string& where) {
     const auto lookup = [&](const std::string& token) {
-        const auto it = vocab.find(token);
-        if (it == vocab.end()) {
+        const auto it = vocab_.find(token);
+        if (it == vocab_.end()) {
             throw FormatError(path.string(),
                               where + ": token \"" + token + "\" is not in " + vocab_name_);
         }
@@ -73,7 +77,7 @@ void CLIPTokenizer::Impl::add_merge(const std::string& first, const std::string&
     merges_[pair_key(a, b)] = Merge{next_rank_++, merged};
 }
 
-void CLIPTokenizer::Impl::load_merges_txt(const std::filesystem::path& path) {
+void ByteLevelBpe::load_merges_txt(const std::filesystem::path& path) {
     const std::string text = read_file(path);
     std::size_t line_number = 0;
     std::string first;
@@ -96,7 +100,7 @@ void CLIPTokenizer::Impl::load_merges_txt(const std::filesystem::path& path) {
     }
 }
 
-void CLIPTokenizer::Impl::load_merges_json(const Json& merges, const std::filesystem::path& path) {
+void ByteLevelBpe::load_merges_json(const Json& merges, const std::filesystem::path& path) {
     std::string first;
     std::string second;
     for (std::size_t i = 0; i < merges.size(); ++i) {
@@ -122,25 +126,33 @@ void CLIPTokenizer::Impl::load_merges_json(const Json& merges, const std::filesy
     }
 }
 
-void CLIPTokenizer::Impl::add_piece(std::u32string_view piece, std::vector<int64_t>& ids) const {
-    const std::string bytes = to_utf8(piece);
+void ByteLevelBpe::encode(const std::string& piece, int64_t unk, std::vector<int64_t>& ids) const {
     {
         std::lock_guard<std::mutex> lock(cache_mutex_);
-        const auto it = cache_.find(bytes);
+        const auto it = cache_.find(piece);
         if (it != cache_.end()) {
             ids.insert(ids.end(), it->second.begin(), it->second.end());
             return;
         }
     }
-    std::vector<int64_t> result = bpe(bytes);
+    std::vector<int64_t> result;
+    if (ignore_merges_) {
+        // The piece as its byte symbols, looked up whole.
+        std::string symbols;
+        for (char byte : piece) symbols += symbols_[static_cast<unsigned char>(byte)];
+        const auto whole = vocab_.find(symbols + end_of_word_);
+        if (whole != vocab_.end()) result.push_back(whole->second);
+    }
+    if (result.empty()) result = merge(piece, unk);
     ids.insert(ids.end(), result.begin(), result.end());
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() < kCacheCapacity) cache_.emplace(bytes, std::move(result));
+    if (cache_.size() < kCacheCapacity) cache_.emplace(piece, std::move(result));
 }
 
-// tokenizers' BPE::merge_word + Word::merge_all: one symbol per byte (the last with "</w>"),
-// then the lowest-ranked adjacent pair is merged first, the leftmost one on ties.
-std::vector<int64_t> CLIPTokenizer::Impl::bpe(const std::string& piece) const {
+// tokenizers' BPE::merge_word + Word::merge_all: one symbol per byte (the last with the
+// end-of-word suffix), then the lowest-ranked adjacent pair is merged first, the leftmost one on
+// ties.
+std::vector<int64_t> ByteLevelBpe::merge(const std::string& piece, int64_t unk) const {
     struct Symbol {
         int64_t id;
         std::ptrdiff_t prev;
@@ -198,4 +210,4 @@ std::vector<int64_t> CLIPTokenizer::Impl::bpe(const std::string& piece) const {
     return ids;
 }
 
-}  // namespace loom
+}  // namespace loom::tokenizer_detail
