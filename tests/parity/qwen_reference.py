@@ -7,6 +7,11 @@ Called by make_reference.py. Writes under OUT:
                multimodal rotary embedding, a tiny vision tower and the LM head beside it;
   qwen3/       a Qwen3ForCausalLM folder, as Z-Image's text_encoder: q_norm / k_norm, no biases,
                a head size that is not hidden_size / heads;
+  qwenimage_transformer/  a tiny QwenImageTransformer2DModel (2 dual-stream blocks, heads of 16,
+               MSRoPE axes (4, 6, 6)) as Qwen-Image's transformer folder;
+  qwenimage_vae/  a tiny AutoencoderKLQwenImage (Wan 2.1's VAE layout, its own config keys) and
+               cases/qwenimage_vae.*: an image encoded (a one-frame clip, as QwenImagePipeline
+               encodes) and latents decoded;
 and cases/decoder_lm_<name>.{inputs,expected}.safetensors: right-padded batches of ids with
 their attention mask as the pipelines pass them, and hidden_states[-1] (Qwen-Image) and
 hidden_states[-2] (Z-Image) of the text model; for Qwen2.5-VL also a run with three different
@@ -92,8 +97,56 @@ def build_qwen3(out, cases, g):
               {"last": states[-1], "second_to_last": states[-2], "embeddings": states[0]})
 
 
+def build_qwenimage_transformer(out, cases, g):
+    """The transformer on a batch of a 4 x 6 patch grid whose second prompt has 4 real tokens of 7
+    (the pipeline's padding mask), t = 0.3 and 0.95; cases/qwenimage_transformer.*."""
+    from diffusers import QwenImageTransformer2DModel
+
+    model = QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16,
+                                        num_layers=2, attention_head_dim=16,
+                                        num_attention_heads=2, joint_attention_dim=32,
+                                        axes_dims_rope=(4, 6, 6)).eval()
+    perturb_(model, g)
+    # An output of about unit size, so that 1e-5 is float32's error on it and not less.
+    model.proj_out.weight.mul_(0.1)
+    model.proj_out.bias.mul_(0.1)
+    model.save_pretrained(os.path.join(out, "qwenimage_transformer"), safe_serialization=True)
+    hidden = torch.randn(2, 24, 64, generator=g)
+    text = torch.randn(2, 7, 32, generator=g)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 4:] = 0
+    timestep = torch.tensor([0.3, 0.95])
+    sample = model(hidden_states=hidden, encoder_hidden_states=text,
+                   encoder_hidden_states_mask=mask, timestep=timestep,
+                   img_shapes=[[(1, 4, 6)], [(1, 4, 6)]], return_dict=False)[0]
+    save_case(cases, "qwenimage_transformer",
+              {"hidden_states": hidden, "encoder_hidden_states": text,
+               "encoder_hidden_states_mask": mask, "timestep": timestep},
+              {"sample": sample})
+
+
+def build_qwenimage_vae(out, cases, g):
+    from diffusers import AutoencoderKLQwenImage
+
+    model = AutoencoderKLQwenImage(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+                                   temperal_downsample=[False, True, True],
+                                   latents_mean=[0.3, -0.2, 0.1, -0.5],
+                                   latents_std=[1.5, 0.7, 2.0, 1.1]).eval()
+    for p in model.parameters():
+        p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    model.save_pretrained(os.path.join(out, "qwenimage_vae"), safe_serialization=True)
+    image = torch.rand(2, 3, 1, 16, 24, generator=g) * 2 - 1
+    latents = torch.randn(2, 4, 1, 2, 3, generator=g)
+    dist = model.encode(image).latent_dist
+    save_case(cases, "qwenimage_vae", {"image": image, "latents": latents},
+              {"mean": dist.mean, "logvar": dist.logvar,
+               "decoded": model.decode(latents).sample})
+
+
 @torch.no_grad()
 def build(out, cases):
     g = torch.Generator().manual_seed(41)
     build_qwen2_5_vl(out, cases, g)
     build_qwen3(out, cases, g)
+    build_qwenimage_transformer(out, cases, g)
+    build_qwenimage_vae(out, cases, g)

@@ -67,6 +67,7 @@ MODEL_FAMILIES = {
     "wan22": ["wan"],  # Wan 2.2 14B: two Wan 2.1 transformers over its VAE and UMT5
     "chroma": ["flux"],  # Chroma: Flux's blocks without their modulation Linears
     "zimage": ["flux"],  # Z-Image: Flux's VAE, its previews' noise drawn as Flux's pipeline does
+    "qwenimage": ["flux"],  # Qwen-Image: Flux's double-stream blocks under Qwen's names
 }
 
 # The only layers whose code may name HostScope.

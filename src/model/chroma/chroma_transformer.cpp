@@ -52,7 +52,7 @@ ChromaTransformer2DModelImpl::ChromaTransformer2DModelImpl(const ChromaConfig& c
                                            c.approximator_hidden_dim, c.approximator_layers));
     transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < f.num_layers; ++i)
-        transformer_blocks->push_back(FluxTransformerBlock(f, /*modulation_linears=*/false));
+        transformer_blocks->push_back(FluxTransformerBlock(f, DoubleBlockLayout::kPruned));
     single_transformer_blocks =
         register_module("single_transformer_blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < f.num_single_layers; ++i) {

@@ -81,14 +81,26 @@ FluxRope flux_rope(const at::Tensor& ids, const std::vector<int64_t>& axes_dim, 
     return {at::cat(cos, -1), at::cat(sin, -1)};
 }
 
-FluxTransformerBlockImpl::FluxTransformerBlockImpl(const FluxConfig& c, bool modulation_linears) {
+FluxTransformerBlockImpl::FluxTransformerBlockImpl(const FluxConfig& c, DoubleBlockLayout layout) {
     const int64_t dim = c.inner_dim();
-    if (modulation_linears) {
+    const bool qwen = layout == DoubleBlockLayout::kQwenImage;
+    if (layout == DoubleBlockLayout::kFlux) {
         auto norm1 = register_module("norm1", std::make_shared<torch::nn::Module>());
         norm1_linear = norm1->register_module("linear", Linear(dim, 6 * dim));
         auto norm1_context =
             register_module("norm1_context", std::make_shared<torch::nn::Module>());
         norm1_context_linear = norm1_context->register_module("linear", Linear(dim, 6 * dim));
+    } else if (qwen) {
+        // img_mod = Sequential(SiLU, Linear): the Linear is entry 1.
+        const auto modulation = [&](const char* name) {
+            auto seq = register_module(name, torch::nn::ModuleList());
+            seq->push_back(std::make_shared<torch::nn::Module>());  // 0: SiLU
+            Linear linear(dim, 6 * dim);
+            seq->push_back(linear);
+            return linear;
+        };
+        norm1_linear = modulation("img_mod");
+        norm1_context_linear = modulation("txt_mod");
     }
     auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
     image_qkv_ = FluxQKV(*attn, dim, c.attention_head_dim, FluxQKV::kImage);
@@ -108,18 +120,19 @@ FluxTransformerBlockImpl::FluxTransformerBlockImpl(const FluxConfig& c, bool mod
         out_layer = Linear(4 * dim, dim);
         net->push_back(out_layer);
     };
-    feed_forward("ff", ff_in, ff_out);
-    feed_forward("ff_context", ff_context_in, ff_context_out);
+    feed_forward(qwen ? "img_mlp" : "ff", ff_in, ff_out);
+    feed_forward(qwen ? "txt_mlp" : "ff_context", ff_context_in, ff_context_out);
 }
 
 std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(const at::Tensor& hidden,
                                                                     const at::Tensor& context,
                                                                     const at::Tensor& temb,
-                                                                    const FluxRope& rope) {
+                                                                    const FluxRope& rope,
+                                                                    const at::Tensor& bias) {
     const at::Tensor silu = at::silu(temb);
     // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
     return forward_modulated(hidden, context, norm1_linear(silu).chunk(6, 1),
-                             norm1_context_linear(silu).chunk(6, 1), rope, at::Tensor());
+                             norm1_context_linear(silu).chunk(6, 1), rope, bias);
 }
 
 std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward_modulated(

@@ -44,6 +44,12 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
 
 std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& positions, int64_t dim,
                                                 double theta, AnglePrecision precision) {
+    if (precision == AnglePrecision::kFloat32Throughout) {
+        const auto floats = at::TensorOptions().dtype(at::kFloat).device(positions.device());
+        const at::Tensor freqs = 1.0 / at::pow(theta, at::arange(0, dim, 2, floats).div(dim));
+        const at::Tensor angles = at::outer(positions.to(at::kFloat), freqs);
+        return {angles.cos().repeat_interleave(2, 1), angles.sin().repeat_interleave(2, 1)};
+    }
     const auto doubles = at::TensorOptions().dtype(at::kDouble).device(positions.device());
     const at::Tensor freqs =
         1.0 / at::pow(theta, at::arange(0, dim, 2, doubles) / static_cast<double>(dim));

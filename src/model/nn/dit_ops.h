@@ -16,8 +16,9 @@
 namespace loom::dit {
 
 // Where the rotary cosines are taken: of the float64 angles (diffusers' get_1d_rotary_pos_embed:
-// Flux, Wan) or of the angles rounded to float32 first (Z-Image's RopeEmbedder, torch.polar).
-enum class AnglePrecision { kFloat64, kFloat32 };
+// Flux, Wan), of the angles rounded to float32 first (Z-Image's RopeEmbedder, torch.polar), or of
+// angles computed in float32 from float32 frequencies (Qwen-Image's QwenEmbedRope.rope_params).
+enum class AnglePrecision { kFloat64, kFloat32, kFloat32Throughout };
 
 // cos and sin of each position's angles for one axis of `dim` (even) channels: angle_i =
 // position / theta^(2i/dim), computed in float64 as the reference does, each repeated for the

@@ -519,8 +519,10 @@ WanVAEConfig read_wan_vae_config(const fs::path& path) {
     c.decoder_base_dim = r.integer("decoder_base_dim", c.base_dim);  // null: base_dim
     c.z_dim = r.integer("z_dim", c.z_dim);
     c.num_res_blocks = r.integer("num_res_blocks", c.num_res_blocks);
-    c.in_channels = r.integer("in_channels", c.in_channels);
-    c.out_channels = r.integer("out_channels", c.out_channels);
+    // AutoencoderKLQwenImage (Qwen-Image's VAE, Wan 2.1's fine-tuned) names its image channels
+    // input_channels and decodes to as many: it has no out_channels.
+    c.in_channels = r.integer("in_channels", r.integer("input_channels", c.in_channels));
+    c.out_channels = r.integer("out_channels", r.integer("input_channels", c.out_channels));
     c.dim_mult = r.list<int64_t>(
         "dim_mult", c.dim_mult, "a non-empty list of positive integers",
         [](const json& e) { return e.is_number_integer() && e.get<int64_t>() >= 1; });

@@ -1,7 +1,8 @@
 #pragma once
 
 // Chroma's transformer: Flux.1's double- and single-stream blocks without their modulation
-// Linears (model/flux/flux_transformer.h, built with modulation_linears = false), every block's
+// Linears (model/flux/flux_transformer.h: DoubleBlockLayout::kPruned, single blocks built with
+// modulation_linears = false), every block's
 // adaLN vectors coming instead from one "distilled guidance" approximator: an MLP over
 // sinusoids of (timestep, guidance 0, the vector's index), one output row per vector. No pooled
 // text input (no CLIP). The joint attention takes ChromaPipeline's attention mask, which — a

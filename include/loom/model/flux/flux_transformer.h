@@ -94,14 +94,21 @@ FluxRope flux_rope(const at::Tensor& ids, const std::vector<int64_t>& axes_dim, 
 // block's stream, shift, scale, gate of its feed-forward after them).
 using FluxModulation = std::vector<at::Tensor>;
 
+// Which modules a double-stream block has and what they are called: Flux's (norm1.linear,
+// norm1_context.linear, ff, ff_context), Chroma's pruned one (no modulation Linears: the caller
+// hands the vectors in), or Qwen-Image's (img_mod.1, txt_mod.1, img_mlp, txt_mlp) — the same
+// computation under other names.
+enum class DoubleBlockLayout { kFlux, kPruned, kQwenImage };
+
 class FluxTransformerBlockImpl : public torch::nn::Module {
   public:
-    // `modulation_linears`: Flux's own norm1.linear / norm1_context.linear from the timestep
-    // embedding; without them (Chroma's pruned blocks) the caller hands the vectors in.
-    explicit FluxTransformerBlockImpl(const FluxConfig& config, bool modulation_linears = true);
-    // Returns {context, hidden}: the text and image streams after the block.
+    explicit FluxTransformerBlockImpl(const FluxConfig& config,
+                                      DoubleBlockLayout layout = DoubleBlockLayout::kFlux);
+    // Returns {context, hidden}: the text and image streams after the block; `bias` is added to
+    // the joint attention's scores (broadcast to [B, 1, T + S, T + S]; undefined: none).
     std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& hidden, const at::Tensor& context,
-                                              const at::Tensor& temb, const FluxRope& rope);
+                                              const at::Tensor& temb, const FluxRope& rope,
+                                              const at::Tensor& bias = {});
     // The block with its six image and six text vectors given; `bias` is added to the joint
     // attention's scores ([B, 1, T + S, T + S], or undefined).
     std::pair<at::Tensor, at::Tensor> forward_modulated(

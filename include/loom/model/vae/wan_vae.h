@@ -86,7 +86,9 @@ class AutoencoderKLWanImpl : public torch::nn::Module {
 TORCH_MODULE(AutoencoderKLWan);
 
 // An AutoencoderKLWan config.json (Wan 2.1's VAE; Wan 2.2's residual, patchified VAE is refused
-// as not supported yet). Without latents_mean / latents_std, Wan 2.1's values (z_dim 16).
+// as not supported yet), or an AutoencoderKLQwenImage one (Qwen-Image's VAE: Wan 2.1's modules
+// and computation, its image channels written input_channels). Without latents_mean /
+// latents_std, Wan 2.1's values (z_dim 16).
 WanVAEConfig read_wan_vae_config(const std::filesystem::path& config_json);
 
 }  // namespace loom
