@@ -28,7 +28,6 @@ constexpr const char* kOtherAiToolkitArchs[] = {
     "flux2",
     "flux2_klein_4b",
     "flux2_klein_9b",
-    "qwen_image",
     "qwen_image_edit",
     "qwen_image_edit_plus",
     "omnigen2",
@@ -78,6 +77,9 @@ const std::vector<ArchInfo>& arch_table() {
         // Z-Image: a single-stream DiT over 2x2 patches, Qwen3 as text encoder, Flux's VAE;
         // sampled at ai-toolkit's guidance 1 (Turbo's: one pass), which it lowers by one
         {Arch::kZImage, "zimage",    "Z-Image",              F::kZImage,          "ZImagePipeline",            true,  false, 16,    false, G::kClassifierFree,     1.0, true,  "zimage",          "networks.lora",       "diffusion_model", N::kDiffusers},
+        // Qwen-Image: 60 dual-stream blocks (Flux's under Qwen's names), Qwen2.5-VL as text
+        // encoder, the Wan-derived VAE; true CFG at ai-toolkit's guidance (its true_cfg_scale)
+        {Arch::kQwenImage, "qwen_image", "Qwen-Image",       F::kQwenImage,       "QwenImagePipeline",         true,  false, 32,    false, G::kClassifierFree,     4.0, true,  "qwen_image",      "networks.lora",       "diffusion_model", N::kDiffusers},
     };
     // clang-format on
     return kTable;
@@ -91,6 +93,7 @@ const char* to_string(FamilyKind family) {
         case FamilyKind::kWan22: return "Wan 2.2";
         case FamilyKind::kChroma: return "Chroma";
         case FamilyKind::kZImage: return "Z-Image";
+        case FamilyKind::kQwenImage: return "Qwen-Image";
     }
     return "?";
 }

@@ -6,6 +6,7 @@
 #include "loom/model/flux/flex2_channels.h"
 #include "loom/model/flux/flux_family.h"
 #include "loom/model/loading/diffusers_folder.h"
+#include "loom/model/qwenimage/qwenimage_family.h"
 #include "loom/model/sd/sd_family.h"
 #include "loom/model/sd/single_file.h"
 #include "loom/model/sd/stable_diffusion.h"
@@ -30,6 +31,8 @@ const std::vector<FamilyEntry>& family_table() {
          ChromaFamily::eval_components},
         {config::FamilyKind::kZImage, ZImageFamily::load, ZImageFamily::declared_blocks,
          ZImageFamily::eval_components},
+        {config::FamilyKind::kQwenImage, QwenImageFamily::load, QwenImageFamily::declared_blocks,
+         QwenImageFamily::eval_components},
     };
     return table;
 }

@@ -130,6 +130,27 @@ std::vector<std::vector<std::size_t>> preview_groups(const std::vector<PreviewRe
     return groups;
 }
 
+std::vector<at::Tensor> sample_in_groups(
+    const std::vector<PreviewRequest>& requests, const PreviewOptions& options,
+    const at::Device& device, const std::function<at::Tensor(const PreviewRequest&)>& initial_noise,
+    const GroupSampler& sample) {
+    std::vector<at::Tensor> images(requests.size());
+    for (const std::vector<std::size_t>& group : preview_groups(requests, options.batch_prompts)) {
+        std::vector<std::string> prompts;
+        std::vector<std::string> negatives;
+        std::vector<at::Tensor> noise;
+        for (std::size_t i : group) {
+            prompts.push_back(requests[i].prompt);
+            negatives.push_back(requests[i].negative);
+            noise.push_back(initial_noise(requests[i]));
+        }
+        const auto out =
+            to_rgb8(sample(prompts, negatives, at::cat(noise).to(device), requests[group.front()]));
+        for (std::size_t k = 0; k < group.size(); ++k) images[group[k]] = out[k];
+    }
+    return images;
+}
+
 std::vector<at::Tensor> to_rgb8(const at::Tensor& images) {
     std::vector<at::Tensor> out;
     for (int64_t b = 0; b < images.size(0); ++b) {

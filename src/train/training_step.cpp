@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <optional>
 
+#include "loom/core/error.h"
 #include "loom/device/device.h"
 #include "loom/device/faults.h"
 #include "loom/dist/gradient_sync.h"
@@ -16,6 +18,27 @@
 namespace loom {
 
 namespace {
+
+// Captions of different token counts in one micro-batch (Qwen-Image hands each prompt's real
+// tokens only): the shorter contexts padded with zero rows to the longest, their masks with
+// zeros, so the padding is never attended to — as ai-toolkit concatenates prompt embeddings.
+// Contexts of one length are left alone; unequal ones without masks are an error.
+void pad_to_longest(std::vector<at::Tensor>& contexts, std::vector<at::Tensor>& masks) {
+    int64_t longest = 0;
+    for (const at::Tensor& c : contexts) longest = std::max(longest, c.size(1));
+    bool equal = true;
+    for (const at::Tensor& c : contexts) equal = equal && c.size(1) == longest;
+    if (equal) return;
+    if (masks.size() != contexts.size()) {
+        throw Error("a micro-batch's text contexts differ in length and have no masks to pad with");
+    }
+    for (std::size_t i = 0; i < contexts.size(); ++i) {
+        const int64_t more = longest - contexts[i].size(1);
+        if (more == 0) continue;
+        contexts[i] = at::constant_pad_nd(contexts[i], {0, 0, 0, more}, 0);
+        masks[i] = at::constant_pad_nd(masks[i], {0, more}, 0);
+    }
+}
 
 // Every tensor of `s` replaced by a copy of its own.
 void own_copies(CheckpointState& s) {
@@ -201,6 +224,7 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
         slots.push_back(slot.slot);
     }
     const at::Tensor x0 = device.to_device(at::stack(latents));
+    pad_to_longest(contexts, masks);
     StepConditioning cond;
     cond.context = device.to_device(at::cat(contexts))
                        .to(parts_.model.denoiser().parameters().front().scalar_type());

@@ -78,3 +78,108 @@ kill_and_resume() {
   then ok "the resumed LoRA equals the uninterrupted one"
   else bad "the resumed LoRA equals the uninterrupted one"; fi
 }
+
+# fixture_at_128px PY: the fixture's images at 128 px with their captions in $TMP/data, so that a
+# 64 and a 128 bucket exist.
+fixture_at_128px() {
+  "$1" - "$TMP/fixture/data" "$TMP/data" <<'PY' || { echo "FAIL dataset"; exit 1; }
+import os, shutil, sys
+from PIL import Image
+src, data = sys.argv[1:3]
+os.makedirs(data)
+for name in sorted(os.listdir(src)):
+    stem, ext = os.path.splitext(name)
+    if ext.lower() in (".png", ".jpg", ".jpeg", ".webp"):
+        Image.open(os.path.join(src, name)).convert("RGB").resize((128, 128)).save(
+            os.path.join(data, stem + ".png"))
+    elif ext == ".txt":
+        shutil.copy(os.path.join(src, name), os.path.join(data, name))
+PY
+}
+
+# tight_run LOOM PY NAME BUDGET RESOLUTIONS RULES...: the job `job NAME BUDGET 2 false RESOLUTIONS
+# 4 256` (the caller's job function: batch 2, no checkpointing, 256 px previews) ends with each of
+# RULES among its ladder changes, every OOM a real one (none injected) and each of its 8 steps
+# trained once, 0 steps lost.
+tight_run() {
+  local loom="$1" py="$2" name="$3" budget="$4" res="$5"; shift 5
+  job "$name" "$budget" 2 false "$res" 4 256 >"$TMP/$name.yaml"
+  if "$loom" train "$TMP/$name.yaml" >"$TMP/$name.log" 2>&1; then ok "the $name run ends"
+  else bad "the $name run ends"; tail "$TMP/$name.log"; return; fi
+  if "$py" - "$TMP/runs/$name/events.jsonl" "$TMP/runs/$name/metrics.jsonl" "$@" <<'PY'
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+metrics = [json.loads(line) for line in open(sys.argv[2])]
+rules = [e["rule"] for e in events if e["event"] == "change"]
+print("rules:", rules)
+ooms = [e for e in events if e["event"] == "oom"]
+assert ooms and all(e["kind"] == "device" for e in ooms), "no real out-of-memory errors"
+for want in sys.argv[3:]:
+    assert want in rules, want
+trained = [m["step"] for m in metrics]
+assert trained == list(range(1, 9)), f"steps trained {trained}, not each of 1..8 once"
+PY
+  [ $? -eq 0 ] && grep -q ", 0 steps lost" "$TMP/$name.log"
+  then ok "$name: the rungs under a real budget, zero steps lost"
+  else bad "$name: the rungs under a real budget, zero steps lost"; fi
+}
+
+# flow_lora_job NAME VRAM BATCH CHECKPOINTING RESOLUTIONS SAMPLE_EVERY [SAMPLE_SIZE]: the
+# flow-matching LoRA job of the family tests (quantize, adamw8bit, EMA, two previews with a
+# negative prompt, 8 steps saved every 2) on $TMP/data for $MODEL, with the caller's $JOB_ARCH,
+# and optionally $JOB_TYPE (sd_trainer), $JOB_GUIDANCE (4), and extra lines under train:
+# ($JOB_TRAIN_KEYS) and under model: ($JOB_MODEL_KEYS), each line ending in a newline.
+flow_lora_job() {  # NAME VRAM BATCH CHECKPOINTING RESOLUTIONS SAMPLE_EVERY [SAMPLE_SIZE]
+  cat <<YAML
+job: extension
+config:
+  name: $1
+  process:
+    - type: '${JOB_TYPE:-sd_trainer}'
+      training_folder: $TMP/runs
+      device: sim
+      training_seed: 13
+      network: {type: "lora", linear: 4, linear_alpha: 4}
+      save: {dtype: float32, save_every: 2, max_step_saves_to_keep: 4, push_to_hub: false}
+      datasets:
+        - folder_path: $TMP/data
+          caption_ext: "txt"
+          caption_dropout_rate: 0.05
+          shuffle_tokens: false
+          cache_latents_to_disk: true
+          resolution: $5
+      train:
+        batch_size: $3
+        steps: 8
+        gradient_accumulation: 1
+        train_unet: true
+        train_text_encoder: false
+        gradient_checkpointing: $4
+        noise_scheduler: "flowmatch"
+${JOB_TRAIN_KEYS:-}        optimizer: "adamw8bit"
+        lr: 1e-3
+        ema_config: {use_ema: true, ema_decay: 0.99}
+        dtype: fp32
+      model:
+        name_or_path: $MODEL
+        arch: "$JOB_ARCH"
+        quantize: true
+${JOB_MODEL_KEYS:-}      sample:
+        sampler: "flowmatch"
+        sample_every: $6
+        sample_start_step: 0
+        width: ${7:-64}
+        height: ${7:-64}
+        prompts:
+          - "woman with red hair, playing chess at the park"
+          - "a bear building a log cabin in the snow covered mountains"
+        neg: "blurry"
+        seed: 42
+        walk_seed: true
+        guidance_scale: ${JOB_GUIDANCE:-4}
+        sample_steps: 2
+      oom: {vram_limit: $2, probe: false}
+meta: {name: "[name]", version: '1.0'}
+YAML
+}
+

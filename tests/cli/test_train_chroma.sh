@@ -15,74 +15,10 @@ source "$(dirname "$0")/lib.sh"
 make_fixture "$FIXTURE"
 MODEL="$PARITY/chroma"
 
-# The fixture's images at 128 px, so that a 64 and a 128 bucket exist.
-"$PY" - "$TMP/fixture/data" "$TMP/data" <<'PY' || { echo "FAIL dataset"; exit 1; }
-import os, shutil, sys
-from PIL import Image
-src, data = sys.argv[1:3]
-os.makedirs(data)
-for name in sorted(os.listdir(src)):
-    stem, ext = os.path.splitext(name)
-    if ext.lower() in (".png", ".jpg", ".jpeg", ".webp"):
-        Image.open(os.path.join(src, name)).convert("RGB").resize((128, 128)).save(
-            os.path.join(data, stem + ".png"))
-    elif ext == ".txt":
-        shutil.copy(os.path.join(src, name), os.path.join(data, name))
-PY
+fixture_at_128px "$PY"
 
-job() {  # job NAME VRAM BATCH CHECKPOINTING RESOLUTIONS SAMPLE_EVERY [SAMPLE_SIZE]
-  cat <<YAML
-job: extension
-config:
-  name: $1
-  process:
-    - type: 'sd_trainer'
-      training_folder: $TMP/runs
-      device: sim
-      training_seed: 13
-      network: {type: "lora", linear: 4, linear_alpha: 4}
-      save: {dtype: float32, save_every: 2, max_step_saves_to_keep: 4, push_to_hub: false}
-      datasets:
-        - folder_path: $TMP/data
-          caption_ext: "txt"
-          caption_dropout_rate: 0.05
-          shuffle_tokens: false
-          cache_latents_to_disk: true
-          resolution: $5
-      train:
-        batch_size: $3
-        steps: 8
-        gradient_accumulation: 1
-        train_unet: true
-        train_text_encoder: false
-        gradient_checkpointing: $4
-        noise_scheduler: "flowmatch"
-        optimizer: "adamw8bit"
-        lr: 1e-3
-        ema_config: {use_ema: true, ema_decay: 0.99}
-        dtype: fp32
-      model:
-        name_or_path: $MODEL
-        arch: "chroma"
-        quantize: true
-      sample:
-        sampler: "flowmatch"
-        sample_every: $6
-        sample_start_step: 0
-        width: ${7:-64}
-        height: ${7:-64}
-        prompts:
-          - "woman with red hair, playing chess at the park"
-          - "a bear building a log cabin in the snow covered mountains"
-        neg: "blurry"
-        seed: 42
-        walk_seed: true
-        guidance_scale: 4
-        sample_steps: 2
-      oom: {vram_limit: $2, probe: false}
-meta: {name: "[name]", version: '1.0'}
-YAML
-}
+JOB_ARCH=chroma
+job() { flow_lora_job "$@"; }
 
 job whole 1GiB 1 true "[64]" 4 >"$TMP/whole.yaml"
 job split 1GiB 1 true "[64]" 4 >"$TMP/split.yaml"

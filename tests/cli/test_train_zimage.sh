@@ -15,75 +15,13 @@ source "$(dirname "$0")/lib.sh"
 make_fixture "$FIXTURE"
 MODEL="$PARITY/zimage"
 
-# The fixture's images at 128 px, so that a 64 and a 128 bucket exist.
-"$PY" - "$TMP/fixture/data" "$TMP/data" <<'PY' || { echo "FAIL dataset"; exit 1; }
-import os, shutil, sys
-from PIL import Image
-src, data = sys.argv[1:3]
-os.makedirs(data)
-for name in sorted(os.listdir(src)):
-    stem, ext = os.path.splitext(name)
-    if ext.lower() in (".png", ".jpg", ".jpeg", ".webp"):
-        Image.open(os.path.join(src, name)).convert("RGB").resize((128, 128)).save(
-            os.path.join(data, stem + ".png"))
-    elif ext == ".txt":
-        shutil.copy(os.path.join(src, name), os.path.join(data, name))
-PY
+fixture_at_128px "$PY"
 
-job() {  # job NAME VRAM BATCH CHECKPOINTING RESOLUTIONS SAMPLE_EVERY [SAMPLE_SIZE]
-  cat <<YAML
-job: extension
-config:
-  name: $1
-  process:
-    - type: 'diffusion_trainer'
-      training_folder: $TMP/runs
-      device: sim
-      training_seed: 13
-      network: {type: "lora", linear: 4, linear_alpha: 4}
-      save: {dtype: float32, save_every: 2, max_step_saves_to_keep: 4, push_to_hub: false}
-      datasets:
-        - folder_path: $TMP/data
-          caption_ext: "txt"
-          caption_dropout_rate: 0.05
-          shuffle_tokens: false
-          cache_latents_to_disk: true
-          resolution: $5
-      train:
-        batch_size: $3
-        steps: 8
-        gradient_accumulation: 1
-        train_unet: true
-        train_text_encoder: false
-        gradient_checkpointing: $4
-        noise_scheduler: "flowmatch"
-        timestep_type: "weighted"
-        optimizer: "adamw8bit"
-        lr: 1e-3
-        ema_config: {use_ema: true, ema_decay: 0.99}
-        dtype: fp32
-      model:
-        name_or_path: $MODEL
-        arch: "zimage"
-        quantize: true
-      sample:
-        sampler: "flowmatch"
-        sample_every: $6
-        sample_start_step: 0
-        width: ${7:-64}
-        height: ${7:-64}
-        prompts:
-          - "woman with red hair, playing chess at the park"
-          - "a bear building a log cabin in the snow covered mountains"
-        neg: "blurry"
-        seed: 42
-        walk_seed: true
-        guidance_scale: 4
-        sample_steps: 2
-      oom: {vram_limit: $2, probe: false}
-meta: {name: "[name]", version: '1.0'}
-YAML
-}
+JOB_ARCH=zimage
+JOB_TYPE=diffusion_trainer
+JOB_TRAIN_KEYS='        timestep_type: "weighted"
+'
+job() { flow_lora_job "$@"; }
 
 
 job whole 1GiB 1 true "[64]" 4 >"$TMP/whole.yaml"
@@ -163,39 +101,14 @@ if "$PY" "$(dirname "$0")/../parity/check_trained_lora.py" "$MODEL" \
     "$TMP/runs/whole/whole.safetensors"; then ok "ZImagePipeline loads the trained LoRA"
 else bad "ZImagePipeline loads the trained LoRA"; fi
 
-# tight_run NAME BUDGET RESOLUTIONS RULES...: a run with batch 2, no checkpointing and 256 px
-# previews of both prompts with their negative pass under BUDGET ends with each of RULES among
-# its ladder changes, every OOM a real one (none injected) and each of its 8 steps trained once.
-tight_run() {
-  local name="$1" budget="$2" res="$3"; shift 3
-  job "$name" "$budget" 2 false "$res" 4 256 >"$TMP/$name.yaml"
-  if "$LOOM" train "$TMP/$name.yaml" >"$TMP/$name.log" 2>&1; then ok "the $name Z-Image run ends"
-  else bad "the $name Z-Image run ends"; tail "$TMP/$name.log"; return; fi
-  if "$PY" - "$TMP/runs/$name/events.jsonl" "$TMP/runs/$name/metrics.jsonl" "$@" <<'PY'
-import json, sys
-events = [json.loads(line) for line in open(sys.argv[1])]
-metrics = [json.loads(line) for line in open(sys.argv[2])]
-rules = [e["rule"] for e in events if e["event"] == "change"]
-print("rules:", rules)
-ooms = [e for e in events if e["event"] == "oom"]
-assert ooms and all(e["kind"] == "device" for e in ooms), "no real out-of-memory errors"
-for want in sys.argv[3:]:
-    assert any(r == want or (want.endswith(".") and r.startswith(want)) for r in rules), want
-trained = [m["step"] for m in metrics]
-assert trained == list(range(1, 9)), f"steps trained {trained}, not each of 1..8 once"
-PY
-  [ $? -eq 0 ] && grep -q ", 0 steps lost" "$TMP/$name.log"
-  then ok "$name: the rungs under a real budget, zero steps lost"
-  else bad "$name: the rungs under a real budget, zero steps lost"; fi
-}
 # The tiny model's step is dominated by its largest bucket: under 12 MiB the previews step down
 # and the 128 px bucket is dropped some of the time. With one bucket and 3 MiB every rung acts:
 # the model loads only in low_vram, the previews go one prompt at a time, their guidance passes
 # one after the other, their size halves until they are disabled, and the step takes
 # checkpointing, then batch 1 with accumulation.
-tight_run tight "${ZIMAGE_TIGHT:-12MiB}" "[64, 128]" sample.one_prompt_at_a_time \
+tight_run "$LOOM" "$PY" tight "${ZIMAGE_TIGHT:-12MiB}" "[64, 128]" sample.one_prompt_at_a_time \
   sample.sequential_guidance sample.halve_size train.sometimes_largest_bucket
-tight_run tighter "${ZIMAGE_TIGHTER:-3MiB}" "[64]" load.low_vram sample.one_prompt_at_a_time \
+tight_run "$LOOM" "$PY" tighter "${ZIMAGE_TIGHTER:-3MiB}" "[64]" load.low_vram sample.one_prompt_at_a_time \
   sample.sequential_guidance sample.halve_size sample.disable train.gradient_checkpointing \
   train.batch_1_accumulate
 

@@ -29,7 +29,7 @@ TEST(ArchTable, OneRowPerArchInTheEnumsOrderAndNamesRoundTrip) {
 
 TEST(ArchTable, AiToolkitArchsLoomDoesNotBuildAreKnownButHaveNoRow) {
     for (const char* name :
-         {"sd3", "chroma_radiance", "wan22_5b", "qwen_image", "zimage_l2p", "flex1"}) {
+         {"sd3", "chroma_radiance", "wan22_5b", "qwen_image_edit", "zimage_l2p", "flex1"}) {
         EXPECT_TRUE(is_ai_toolkit_arch(name)) << name;
         EXPECT_FALSE(find_arch(name).has_value()) << name;
     }
@@ -83,7 +83,7 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_STREQ(chroma.lora_prefix, "diffusion_model");
     EXPECT_EQ(chroma.lora_module_names, LoRAModuleNames::kFluxOriginal);
     EXPECT_EQ(trainable_arch_list(),
-              "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2, zimage");
+              "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, qwen_image");
 }
 
 TEST(ArchTable, PipelineClassesMapToTheirArchs) {
@@ -92,12 +92,13 @@ TEST(ArchTable, PipelineClassesMapToTheirArchs) {
     // SD 1.x and 2.x share a pipeline class; the loader tells them apart by the text encoder.
     EXPECT_EQ(archs_of_pipeline("StableDiffusionPipeline"),
               (std::vector<Arch>{Arch::kSd1, Arch::kSd2}));
-    EXPECT_TRUE(archs_of_pipeline("QwenImagePipeline").empty());
+    EXPECT_EQ(archs_of_pipeline("QwenImagePipeline"), std::vector<Arch>{Arch::kQwenImage});
+    EXPECT_TRUE(archs_of_pipeline("QwenImageEditPipeline").empty());
     EXPECT_EQ(archs_of_pipeline("ChromaPipeline"), std::vector<Arch>{Arch::kChroma});
     EXPECT_EQ(archs_of_pipeline("ZImagePipeline"), std::vector<Arch>{Arch::kZImage});
     EXPECT_EQ(pipeline_class_list(),
               "StableDiffusionPipeline, StableDiffusionXLPipeline, FluxPipeline, WanPipeline, "
-              "FluxKontextPipeline, ChromaPipeline, ZImagePipeline");
+              "FluxKontextPipeline, ChromaPipeline, ZImagePipeline, QwenImagePipeline");
 }
 
 // The loader resolves model.arch once: Choices::arch is the row's Arch for an arch loom builds,

@@ -104,7 +104,8 @@ std::vector<ErrorCase> error_cases() {
          "job.yaml:7:15: config.process.0.device must be cpu, sim, cuda or cuda:N, got 'gpu0'"},
         {"arch_unknown", minimal_job_with("        arch: sd15\n"),
          "job.yaml:12:15: config.process.0.model.arch 'sd15' is not an ai-toolkit architecture "
-         "(loom trains sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2, zimage)"},
+         "(loom trains sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, "
+         "qwen_image)"},
 
         // ---- missing required keys -----------------------------------------------------------
         {"missing_job", "config:\n  name: t\n",

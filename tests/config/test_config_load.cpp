@@ -253,13 +253,13 @@ TEST(ConfigWarnings, NonDefaultValueOfPartlySupportedKey) {
 }
 
 TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
-    const LoadedJob loaded = load(minimal_job_with("        arch: qwen_image\n"));
+    const LoadedJob loaded = load(minimal_job_with("        arch: qwen_image_edit\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotTrainable);
     EXPECT_EQ(loaded.warnings[0].to_string(),
-              "job.yaml:12:15: warning: config.process.0.model.arch 'qwen_image' is an "
+              "job.yaml:12:15: warning: config.process.0.model.arch 'qwen_image_edit' is an "
               "ai-toolkit architecture that loom cannot train yet (loom trains sd1, sdxl, flux, "
-              "wan21, wan22_14b, flux_kontext, chroma, flex2, zimage)");
+              "wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, qwen_image)");
 }
 
 TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {

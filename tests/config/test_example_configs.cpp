@@ -257,6 +257,23 @@ config:
     EXPECT_EQ(said, 2);
 }
 
+// ai-toolkit's Qwen-Image example is a job loom trains; the one thing said is its qtype (uint3
+// with an accuracy-recovery adapter), trained as uint4.
+TEST(AiToolkitExamples, QwenImageExampleIsATrainableJob) {
+    const LoadedJob loaded = load_job_file(kAiToolkitExamples / "train_lora_qwen_image_24gb.yaml");
+    const ProcessConfig& p = loaded.job.config.process.at(0);
+    EXPECT_EQ(p.choices.arch, Arch::kQwenImage);
+    EXPECT_EQ(p.train.noise_scheduler, "flowmatch");
+    EXPECT_EQ(p.choices.lora_layout, LoRAKeyLayout::kPeft);
+    EXPECT_EQ(choose_qtype(p.model.qtype).qtype, QType::kUInt4);
+    std::vector<std::string> flagged;
+    for (const Diagnostic& d : loaded.warnings) {
+        EXPECT_NE(d.kind, DiagnosticKind::kNotTrainable) << d.to_string();
+        flagged.push_back(d.key_path);
+    }
+    EXPECT_EQ(flagged, (std::vector<std::string>{"config.process.0.model.qtype"}));
+}
+
 TEST(AiToolkitExamples, QTypesLoomReplacesAreWarnedWhereWritten) {
     // Qwen-Image's example quantizes in uint3 with an accuracy-recovery adapter: loom says it
     // uses uint4 instead; its qtype_te (qfloat8) is loom's own and is not warned.

@@ -12,6 +12,7 @@
 #include "loom/model/chroma/chroma_family.h"
 #include "loom/model/family_registry.h"
 #include "loom/model/flux/flux_family.h"
+#include "loom/model/qwenimage/qwenimage_family.h"
 #include "loom/model/sd/sd_family.h"
 #include "loom/model/wan/wan_family.h"
 #include "loom/model/wan22/wan22_family.h"
@@ -34,7 +35,7 @@ TEST(FamilyTable, EveryArchsFamilyHasItsRow) {
     for (const config::ArchInfo& a : config::arch_table()) {
         EXPECT_EQ(family_entry(a.family).kind, a.family) << a.name;
     }
-    EXPECT_EQ(family_table().size(), 6u);
+    EXPECT_EQ(family_table().size(), 7u);
 }
 
 TEST(FamilyTable, TheRowsBlocksAreTheFamilys) {
@@ -45,6 +46,8 @@ TEST(FamilyTable, TheRowsBlocksAreTheFamilys) {
               &ChromaFamily::declared_blocks());
     EXPECT_EQ(&family_entry(config::FamilyKind::kZImage).blocks(),
               &ZImageFamily::declared_blocks());
+    EXPECT_EQ(&family_entry(config::FamilyKind::kQwenImage).blocks(),
+              &QwenImageFamily::declared_blocks());
     EXPECT_EQ(family_entry(config::FamilyKind::kWan22).blocks().experts.size(), 2u);
     const DenoiserBlocks& flux = family_entry(config::FamilyKind::kFlux).blocks();
     EXPECT_EQ(flux.lora_targeting, LoRATargeting::kBlockLinears);

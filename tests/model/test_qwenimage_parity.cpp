@@ -5,6 +5,7 @@
 // build are errors naming the key. AutoencoderKLQwenImage encodes and decodes within 1e-4 on
 // loom's Wan VAE.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 
 #include "loom/core/error.h"
 #include "loom/model/loading/weight_files.h"
+#include "loom/model/qwenimage/qwenimage_model.h"
+#include "loom/model/qwenimage/qwenimage_preview_sampler.h"
 #include "loom/model/qwenimage/qwenimage_transformer.h"
 #include "loom/model/vae/wan_vae.h"
 #include "parity_cases.h"
@@ -98,6 +101,70 @@ TEST(QwenImageParity, VaeAsDiffusersOnOneFrame) {
               << decode_error << " (tolerance 1e-4)\n";
     EXPECT_LE(encode_error, 1e-4);
     EXPECT_LE(decode_error, 1e-4);
+}
+
+TEST(QwenImageParity, PromptEmbeddingsAsTheQwenImagePipeline) {
+    QwenImageLoadOptions options;
+    options.load_vae = false;
+    QwenImageModel model = load_qwenimage(parity_dir() / "qwenimage", options);
+    std::ifstream spec_file(parity_dir() / "cases" / "qwenimage_prompts.json");
+    const auto prompts =
+        nlohmann::json::parse(spec_file)["prompts"].get<std::vector<std::string>>();
+    const auto expected = read_case("qwenimage_prompts.expected.safetensors");
+    torch::NoGradGuard no_grad;
+    const TextConditioning c = model.encode_prompts(prompts);
+    ASSERT_EQ(c.context.sizes(), expected.at("prompt_embeds").sizes());
+    EXPECT_TRUE(c.context_mask.equal(expected.at("mask").to(at::kFloat)));
+    const double error = max_error(c.context, expected.at("prompt_embeds"));
+    std::cout << "qwenimage_prompts: max abs error " << error << " (tolerance 1e-5)\n";
+    EXPECT_LE(error, 1e-5);
+    // max_sequence_length cuts every prompt's rows, as encode_prompt does.
+    const TextConditioning cut = model.encode_prompts(prompts, 20);
+    EXPECT_EQ(cut.context.size(1), 20);
+    EXPECT_LE(max_error(cut.context, expected.at("prompt_embeds").narrow(1, 0, 20)), 1e-5);
+}
+
+TEST(QwenImageParity, SamplerSigmasWithTheExponentialShiftAndTheTerminalStretch) {
+    const FlowMatchConfig config =
+        read_flow_match_config(parity_dir() / "qwenimage" / "scheduler" / "scheduler_config.json");
+    ASSERT_TRUE(config.shift_terminal.has_value());
+    const auto expected = read_case("qwenimage_sigmas.expected.safetensors");
+    for (const auto& [steps, tokens] : {std::pair<int64_t, int64_t>{3, 24}, {7, 1024}}) {
+        const FlowMatchEulerSampler sampler(config, steps, tokens);
+        const std::string key = "sigmas_" + std::to_string(steps) + "_" + std::to_string(tokens);
+        EXPECT_LE(max_error(sampler.sigmas(), expected.at(key)), 1e-6) << key;
+    }
+    // Without the stretch the last sigma is not 0.02.
+    FlowMatchConfig unstretched = config;
+    unstretched.shift_terminal.reset();
+    EXPECT_GT(
+        max_error(FlowMatchEulerSampler(unstretched, 3, 24).sigmas(), expected.at("sigmas_3_24")),
+        1e-3);
+}
+
+TEST(QwenImageParity, SeededImagesAsQwenImagePipelineWithTrueCfg) {
+    QwenImageModel model = load_qwenimage(parity_dir() / "qwenimage");
+    std::ifstream in(parity_dir() / "cases" / "qwenimage_pipeline.json");
+    const nlohmann::json spec = nlohmann::json::parse(in);
+    const auto prompts = spec["prompts"].get<std::vector<std::string>>();
+    const auto seeds = spec["seeds"].get<std::vector<int64_t>>();
+    const std::vector<std::string> negatives(prompts.size(), spec["negative"].get<std::string>());
+    const int64_t width = spec["width"], height = spec["height"], steps = spec["steps"];
+    const double guidance = spec["guidance"];
+    const at::Tensor expected = read_case("qwenimage_pipeline.expected.safetensors").at("images");
+    std::vector<at::Tensor> noise;
+    for (int64_t seed : seeds) noise.push_back(qwenimage_initial_noise(model, seed, width, height));
+    for (const bool batch : {false, true}) {
+        const at::Tensor images = qwenimage_sample(model, prompts, negatives, at::cat(noise), steps,
+                                                   guidance, 1024, batch);
+        const double error = max_error((images / 2 + 0.5).clamp(0, 1), expected);
+        std::cout << "qwenimage_pipeline" << (batch ? " (one batch)" : " (two passes)")
+                  << ": max abs error " << error << " (tolerance 1e-4)\n";
+        EXPECT_LE(error, 1e-4);
+    }
+    const at::Tensor unguided =
+        qwenimage_sample(model, prompts, negatives, at::cat(noise), steps, 1.0, 1024);
+    EXPECT_GT(max_error((unguided / 2 + 0.5).clamp(0, 1), expected), 1e-3);
 }
 
 TEST(QwenImageConfig, OptionsLoomDoesNotBuildNameTheKey) {

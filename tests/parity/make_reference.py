@@ -12,6 +12,7 @@ Writes, with fixed seeds:
   OUT/t5_tokenizer/, OUT/t5/, OUT/umt5/ and their cases (t5_reference.py)
   OUT/qwen2_5_vl/, OUT/qwen3/ and their decoder_lm cases (qwen_reference.py)
   OUT/qwen2_tokenizer/, OUT/zimage/ and their cases (zimage_reference.py)
+  OUT/qwenimage/ a QwenImagePipeline folder and its prompt case (qwen_reference.py)
   OUT/flux/, OUT/flux_schnell/ and their cases (flux_reference.py)
   OUT/optimizers/ 8-bit AdamW and Prodigy steps (optimizer_reference.py)
   OUT/single_file/ SD 1.x and SDXL single-file checkpoints, their folders and a hub cache
@@ -278,6 +279,7 @@ def main(out):
     wan_reference.build(out, cases, t5_tokenizer)
     qwen_reference.build(out, cases)
     zimage_reference.build(out, cases, flux_reference.vae())
+    qwen_reference.build_pipeline(out, cases)  # on zimage_reference's Qwen2 tokenizer
     print(f"parity references written to {out}")
 
 

@@ -17,6 +17,7 @@ their attention mask as the pipelines pass them, and hidden_states[-1] (Qwen-Ima
 hidden_states[-2] (Z-Image) of the text model; for Qwen2.5-VL also a run with three different
 position rows (time, height, width), as an image's tokens have them.
 """
+import json
 import os
 
 import torch
@@ -125,18 +126,99 @@ def build_qwenimage_transformer(out, cases, g):
               {"sample": sample})
 
 
-def build_qwenimage_vae(out, cases, g):
+def qwenimage_vae(g):
+    """Wan 2.1's layout at a tiny width with Qwen-Image's 16 latent channels."""
     from diffusers import AutoencoderKLQwenImage
 
-    model = AutoencoderKLQwenImage(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+    model = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
                                    temperal_downsample=[False, True, True],
-                                   latents_mean=[0.3, -0.2, 0.1, -0.5],
-                                   latents_std=[1.5, 0.7, 2.0, 1.1]).eval()
+                                   latents_mean=[0.1 * (i % 5) - 0.2 for i in range(16)],
+                                   latents_std=[0.6 + 0.1 * (i % 7) for i in range(16)]).eval()
     for p in model.parameters():
         p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+def qwenimage_scheduler():
+    """Qwen-Image's scheduler_config.json (and ai-toolkit's qwen_image.py scheduler_config)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    return FlowMatchEulerDiscreteScheduler(base_image_seq_len=256, base_shift=0.5,
+                                           max_image_seq_len=8192, max_shift=0.9,
+                                           num_train_timesteps=1000, shift=1.0,
+                                           shift_terminal=0.02, time_shift_type="exponential",
+                                           use_dynamic_shifting=True)
+
+
+QWEN_PROMPTS = ["a photo of a cat", "It's a painting of the mountains at sunset, " * 3, ""]
+
+
+@torch.no_grad()
+def build_pipeline(out, cases):
+    """A QwenImagePipeline folder (OUT/qwenimage/) over the tiny transformer and VAE, a tiny
+    Qwen2.5-VL whose vocabulary is zimage_reference.py's Qwen2 tokenizer's; and
+    cases/qwenimage_prompts.*: QwenImagePipeline.encode_prompt of QWEN_PROMPTS (the template,
+    its first 34 tokens dropped, padded to the longest); cases/qwenimage_sigmas.*: the sampler's
+    sigmas; cases/qwenimage_pipeline.*: seeded images with a negative prompt."""
+    from diffusers import QwenImagePipeline, QwenImageTransformer2DModel
+    from transformers import (AutoTokenizer, Qwen2_5_VLConfig,
+                              Qwen2_5_VLForConditionalGeneration)
+
+    g = torch.Generator().manual_seed(43)
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(out, "qwen2_tokenizer"))
+    vocab = len(tokenizer)
+    config = Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=56,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         rms_norm_eps=1e-6, max_position_embeddings=1024,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                          "mrope_section": [1, 1, 2]}),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=24, num_heads=2,
+                           out_hidden_size=32, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2, fullatt_block_indexes=[0]),
+        image_token_id=vocab - 1, video_token_id=vocab - 2, vision_start_token_id=vocab - 3,
+        vision_end_token_id=vocab - 4)
+    text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
+    perturb_(text_encoder, g)
+    transformer = QwenImageTransformer2DModel.from_pretrained(
+        os.path.join(out, "qwenimage_transformer")).eval()
+    pipe = QwenImagePipeline(scheduler=qwenimage_scheduler(), vae=qwenimage_vae(g),
+                             text_encoder=text_encoder, tokenizer=tokenizer,
+                             transformer=transformer)
+    pipe.save_pretrained(os.path.join(out, "qwenimage"), safe_serialization=True)
+    # The sampler's sigmas: linspace, the exponential dynamic shift, stretched to 0.02.
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage import calculate_shift
+    import numpy as np
+    sigmas = {}
+    for steps, tokens in ((3, 24), (7, 1024)):
+        mu = calculate_shift(tokens, 256, 8192, 0.5, 0.9)
+        pipe.scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+        sigmas[f"sigmas_{steps}_{tokens}"] = pipe.scheduler.sigmas.clone()
+    save_case(cases, "qwenimage_sigmas", {}, sigmas)
+    embeds, mask = pipe.encode_prompt(prompt=list(QWEN_PROMPTS), device="cpu")
+    save_case(cases, "qwenimage_prompts", {}, {"prompt_embeds": embeds, "mask": mask})
+    with open(os.path.join(cases, "qwenimage_prompts.json"), "w") as f:
+        json.dump({"prompts": QWEN_PROMPTS}, f)
+    # The whole pipeline with a negative prompt (true CFG, ai-toolkit's guidance_scale as
+    # true_cfg_scale), 32x48 pixels (2x3 packed tokens), 3 steps, decoded to [0, 1].
+    seeds = [12, 13]
+    negative = "blurry, low quality"
+    images = pipe(prompt=QWEN_PROMPTS[:2], negative_prompt=[negative, negative],
+                  true_cfg_scale=4.0, height=32, width=48, num_inference_steps=3,
+                  output_type="pt",
+                  generator=[torch.Generator().manual_seed(s) for s in seeds]).images
+    save_case(cases, "qwenimage_pipeline", {}, {"images": images})
+    with open(os.path.join(cases, "qwenimage_pipeline.json"), "w") as f:
+        json.dump({"prompts": QWEN_PROMPTS[:2], "negative": negative, "seeds": seeds,
+                   "height": 32, "width": 48, "steps": 3, "guidance": 4.0}, f)
+
+
+def build_qwenimage_vae(out, cases, g):
+
+    model = qwenimage_vae(g)
     model.save_pretrained(os.path.join(out, "qwenimage_vae"), safe_serialization=True)
     image = torch.rand(2, 3, 1, 16, 24, generator=g) * 2 - 1
-    latents = torch.randn(2, 4, 1, 2, 3, generator=g)
+    latents = torch.randn(2, 16, 1, 2, 3, generator=g)
     dist = model.encode(image).latent_dist
     save_case(cases, "qwenimage_vae", {"image": image, "latents": latents},
               {"mean": dist.mean, "logvar": dist.logvar,

@@ -28,11 +28,12 @@ enum class Arch {
     kFluxKontext,
     kChroma,
     kFlex2,
-    kZImage
+    kZImage,
+    kQwenImage
 };
 
 // The family implementation an arch is trained through (model/family.h).
-enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22, kChroma, kZImage };
+enum class FamilyKind { kStableDiffusion, kFlux, kWan, kWan22, kChroma, kZImage, kQwenImage };
 
 // How a LoRA file names the denoiser's modules: diffusers' own paths ("blocks.0.attn1.to_q"), or
 // the original Wan checkpoint's ("blocks.0.self_attn.q"), as ai-toolkit writes Wan 2.2 LoRAs

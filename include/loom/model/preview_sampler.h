@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,20 @@ std::vector<std::vector<std::size_t>> preview_groups(const std::vector<PreviewRe
 
 // Decoded images [B, 3, H, W] in about [-1, 1] as uint8 [H, W, 3] CPU tensors.
 std::vector<at::Tensor> to_rgb8(const at::Tensor& images);
+
+// A family's sampler for one group of requests: the group's prompts, their negative prompts and
+// their noise ([B, ...] on the device) with the group's first request (its size, steps and
+// guidance are the group's) -> the decoded images [B, 3, H, W] in about [-1, 1].
+using GroupSampler = std::function<at::Tensor(
+    const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+    const at::Tensor& noise, const PreviewRequest& first)>;
+// The previews of a family whose requests differ only in prompt, negative prompt and seed
+// (Chroma, Z-Image, Qwen-Image): each group's noise from `initial_noise` (one request's, on the
+// CPU), sampled by `sample`, as uint8 [H, W, 3] CPU tensors in request order.
+std::vector<at::Tensor> sample_in_groups(
+    const std::vector<PreviewRequest>& requests, const PreviewOptions& options,
+    const at::Device& device, const std::function<at::Tensor(const PreviewRequest&)>& initial_noise,
+    const GroupSampler& sample);
 
 std::vector<at::Tensor> generate_previews(StableDiffusion& model,
                                           const std::vector<PreviewRequest>& requests,

@@ -138,10 +138,16 @@ FlowMatchEulerSampler::FlowMatchEulerSampler(const FlowMatchConfig& c, int64_t s
     const at::Tensor base = at::linspace(1.0, 1.0 / static_cast<double>(steps), steps,
                                          at::TensorOptions().dtype(at::kDouble))
                                 .to(at::kFloat);
-    const at::Tensor shifted = flow_match_shift_sigmas(
+    at::Tensor shifted = flow_match_shift_sigmas(
         base, c,
         c.use_dynamic_shifting ? std::optional<double>(flow_match_mu(image_seq_len, c))
                                : std::nullopt);
+    if (c.shift_terminal) {
+        // stretch_shift_to_terminal, in float32: 1 - (1 - s) / ((1 - s_last) / (1 - terminal)).
+        const at::Tensor one_minus = 1.0 - shifted;
+        const at::Tensor scale = one_minus[-1] / (1.0 - *c.shift_terminal);
+        shifted = 1.0 - one_minus / scale;
+    }
     timesteps_ = shifted * static_cast<float>(c.num_train_timesteps);
     sigmas_ = at::cat({shifted, at::zeros({1}, kFloat)});
 }
@@ -151,6 +157,9 @@ FlowMatchEulerSampler FlowMatchEulerSampler::scheduler_spaced(const FlowMatchCon
     if (steps < 1) throw Error("flow matching sampler: at least one step");
     if (c.use_dynamic_shifting) {
         throw Error("flow matching sampler: the scheduler's own spacing needs a fixed shift");
+    }
+    if (c.shift_terminal) {
+        throw Error("flow matching sampler: the scheduler's own spacing takes no shift_terminal");
     }
     // __init__: the training sigmas (N..1) / N shifted in float32; the last is sigma_min, the
     // first (1, which the shift keeps) sigma_max.
@@ -190,7 +199,12 @@ FlowMatchConfig read_flow_match_config(const fs::path& path) {
                             "invert_sigmas", "stochastic_sampling"}) {
         r.require_default<bool>(key, false);
     }
-    r.require_null("shift_terminal");
+    if (r.has("shift_terminal")) {
+        c.shift_terminal = r.number("shift_terminal", 0.0);
+        if (*c.shift_terminal <= 0 || *c.shift_terminal >= 1) {
+            r.fail("shift_terminal", "must lie between 0 and 1");
+        }
+    }
     r.require_default<std::string>("time_shift_type", "exponential");
     if (c.num_train_timesteps < 1 || c.max_image_seq_len <= c.base_image_seq_len) {
         r.fail("num_train_timesteps", "and max_image_seq_len > base_image_seq_len are required");

@@ -196,7 +196,11 @@ std::vector<int64_t> Qwen2Tokenizer::tokenize(std::string_view text) const {
 
 Qwen2Tokenizer::Encoding Qwen2Tokenizer::encode(std::string_view text,
                                                 std::size_t max_length) const {
-    std::vector<int64_t> ids = tokenize(text);
+    return padded(truncated(tokenize(text), max_length), max_length);
+}
+
+std::vector<int64_t> Qwen2Tokenizer::truncated(std::vector<int64_t> ids,
+                                               std::size_t max_length) const {
     if (ids.size() > max_length) {
         const auto cut = static_cast<std::ptrdiff_t>(ids.size() - max_length);
         if (state_->truncate_left) {
@@ -205,7 +209,16 @@ Qwen2Tokenizer::Encoding Qwen2Tokenizer::encode(std::string_view text,
             ids.resize(max_length);
         }
     }
-    const std::size_t padding = max_length - ids.size();
+    return ids;
+}
+
+Qwen2Tokenizer::Encoding Qwen2Tokenizer::padded(std::vector<int64_t> ids,
+                                                std::size_t length) const {
+    if (ids.size() > length) {
+        throw Error("Qwen2 tokenizer: " + std::to_string(ids.size()) +
+                    " ids do not pad to a length of " + std::to_string(length));
+    }
+    const std::size_t padding = length - ids.size();
     Encoding out;
     out.mask.assign(ids.size(), 1);
     if (state_->pad_left) {
@@ -214,8 +227,8 @@ Qwen2Tokenizer::Encoding Qwen2Tokenizer::encode(std::string_view text,
         out.mask.insert(out.mask.begin(), padding, 0);
     } else {
         out.ids = std::move(ids);
-        out.ids.resize(max_length, state_->pad);
-        out.mask.resize(max_length, 0);
+        out.ids.resize(length, state_->pad);
+        out.mask.resize(length, 0);
     }
     return out;
 }

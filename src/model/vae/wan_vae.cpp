@@ -11,6 +11,7 @@
 
 #include "loading/config_reader.h"
 #include "loom/core/error.h"
+#include "loom/model/loading/weight_files.h"
 
 namespace loom {
 
@@ -569,6 +570,14 @@ WanVAEConfig read_wan_vae_config(const fs::path& path) {
                                            " pixels per latent cell)");
     }
     return c;
+}
+
+AutoencoderKLWan load_wan_vae(const fs::path& dir, at::ScalarType dtype) {
+    AutoencoderKLWan vae(read_wan_vae_config(dir / "config.json"));
+    vae->to(dtype);
+    load_weights(*vae, find_weight_files(dir), "vae");
+    vae->eval();
+    return vae;
 }
 
 }  // namespace loom

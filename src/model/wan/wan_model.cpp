@@ -109,12 +109,7 @@ WanModel load_wan_components(DiffusersFolder folder, const WanLoadOptions& o) {
     wan.scheduler.shift = WanModel::kShift;
     wan.scheduler.use_dynamic_shifting = false;
     wan.transformer = load_wan_transformer(wan.folder, "transformer", o.dtype);
-    if (o.load_vae) {
-        wan.vae = AutoencoderKLWan(read_wan_vae_config(wan.folder.dir("vae") / "config.json"));
-        wan.vae->to(o.dtype);
-        load_weights(*wan.vae, find_weight_files(wan.folder.dir("vae")), "vae");
-        wan.vae->eval();
-    }
+    if (o.load_vae) wan.vae = load_wan_vae(wan.folder.dir("vae"), o.dtype);
     if (o.load_text_encoder) {
         wan.tokenizer =
             std::make_shared<T5Tokenizer>(T5Tokenizer::from_folder(wan.folder.dir("tokenizer")));

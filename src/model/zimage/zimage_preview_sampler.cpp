@@ -98,24 +98,16 @@ std::vector<at::Tensor> generate_zimage_previews(ZImageModel& model,
                                                  const PreviewOptions& options,
                                                  const at::Device& device,
                                                  std::size_t max_sequence_length) {
-    std::vector<at::Tensor> images(requests.size());
-    for (const std::vector<std::size_t>& group : preview_groups(requests, options.batch_prompts)) {
-        const PreviewRequest& first = requests[group.front()];
-        std::vector<std::string> prompts;
-        std::vector<std::string> negatives;
-        std::vector<at::Tensor> noise;
-        for (std::size_t i : group) {
-            prompts.push_back(requests[i].prompt);
-            negatives.push_back(requests[i].negative);
-            noise.push_back(flux_initial_noise(model.vae, requests[i].seed, requests[i].width,
-                                               requests[i].height));
-        }
-        const auto out = to_rgb8(zimage_sample(model, prompts, negatives, at::cat(noise).to(device),
-                                               first.steps, first.guidance_scale,
-                                               max_sequence_length, options.batch_guidance));
-        for (std::size_t k = 0; k < group.size(); ++k) images[group[k]] = out[k];
-    }
-    return images;
+    return sample_in_groups(
+        requests, options, device,
+        [&](const PreviewRequest& r) {
+            return flux_initial_noise(model.vae, r.seed, r.width, r.height);
+        },
+        [&](const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+            const at::Tensor& noise, const PreviewRequest& first) {
+            return zimage_sample(model, prompts, negatives, noise, first.steps,
+                                 first.guidance_scale, max_sequence_length, options.batch_guidance);
+        });
 }
 
 }  // namespace loom

@@ -34,6 +34,9 @@ struct FlowMatchConfig {
     double max_shift = 1.15;
     int64_t base_image_seq_len = 256;
     int64_t max_image_seq_len = 4096;
+    // The sampler's shifted sigmas stretched to end at this value (Qwen-Image's 0.02:
+    // stretch_shift_to_terminal); unset: not stretched.
+    std::optional<double> shift_terminal;
 };
 
 // The resolution-dependent shift exponent mu: linear in the packed image token count from
@@ -86,7 +89,8 @@ at::Tensor flow_match_sample_timesteps_in(FlowTimestepType type, const FlowMatch
                                           at::Generator& generator, double above, double upto);
 
 // The Euler sampler the Flux pipeline runs: sigmas linspace(1, 1/steps, steps), shifted (mu from
-// the packed image token count), then 0 appended; step: x + (sigma_next - sigma) * v.
+// the packed image token count), stretched to shift_terminal when the config has one, then 0
+// appended; step: x + (sigma_next - sigma) * v.
 class FlowMatchEulerSampler {
   public:
     FlowMatchEulerSampler(const FlowMatchConfig& config, int64_t steps, int64_t image_seq_len);

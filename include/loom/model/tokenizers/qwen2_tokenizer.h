@@ -48,6 +48,11 @@ class Qwen2Tokenizer {
         std::vector<std::int64_t> mask;
     };
     Encoding encode(std::string_view text, std::size_t max_length) const;
+    // The two halves of encode, for a batch padded to its longest (padding=True): `ids` cut to
+    // `max_length` on the truncation side, and `ids` (at most `length`) padded to `length`.
+    std::vector<std::int64_t> truncated(std::vector<std::int64_t> ids,
+                                        std::size_t max_length) const;
+    Encoding padded(std::vector<std::int64_t> ids, std::size_t length) const;
 
     std::int64_t pad_id() const;
     // len(tokenizer): the vocabulary and the added tokens.

@@ -91,4 +91,7 @@ TORCH_MODULE(AutoencoderKLWan);
 // latents_std, Wan 2.1's values (z_dim 16).
 WanVAEConfig read_wan_vae_config(const std::filesystem::path& config_json);
 
+// The VAE folder `dir` (config.json and its weights) at `dtype`, in eval mode.
+AutoencoderKLWan load_wan_vae(const std::filesystem::path& dir, at::ScalarType dtype = at::kFloat);
+
 }  // namespace loom
