@@ -20,6 +20,8 @@ fixture_at_128px "$PY"
 
 JOB_ARCH=qwen_image
 JOB_GUIDANCE=3
+JOB_TRAIN_KEYS='        cache_text_embeddings: true
+'
 JOB_MODEL_KEYS='        qtype: "uint3|ostris/accuracy_recovery_adapters/qwen_image_torchao_uint3.safetensors"
         quantize_te: true
         qtype_te: "qfloat8"
