@@ -56,6 +56,19 @@ TEST(Qwen2TokenizerParity, PaddedAsThePipelinesCallIt) {
     EXPECT_TRUE(some_truncated) << "the set should cross max_length once";
 }
 
+TEST(Qwen2Tokenizer, InvalidUtf8IsAnErrorNamingTheTokenizerAndThePlace) {
+    const Qwen2Tokenizer tokenizer = Qwen2Tokenizer::from_folder(parity_dir() / "qwen2_tokenizer");
+    try {
+        tokenizer.tokenize("a photo\nof \xff cat");
+        FAIL() << "invalid UTF-8 tokenized";
+    } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("Qwen2 tokenizer: the text is not valid UTF-8 (line 2, column 4"),
+                  std::string::npos)
+            << what;
+    }
+}
+
 TEST(Qwen2Tokenizer, ErrorsNameTheFileAndKey) {
     const test::TempDir dir;
     EXPECT_THROW(

@@ -43,11 +43,7 @@ at::Tensor chroma_joint_mask(const at::Tensor& context_mask, int64_t image_token
 ChromaModel load_chroma(const std::filesystem::path& root, const ChromaLoadOptions& o) {
     ChromaModel chroma;
     chroma.folder = read_diffusers_folder(root);
-    const std::filesystem::path index = root / "model_index.json";
-    if (chroma.folder.pipeline_class != "ChromaPipeline") {
-        throw FormatError(index.string(), "pipeline class '" + chroma.folder.pipeline_class +
-                                              "' is not ChromaPipeline");
-    }
+    chroma.folder.require_pipeline("ChromaPipeline");
     std::vector<std::string> needed = {"transformer", "scheduler"};
     if (o.load_vae) needed.push_back("vae");
     if (o.load_text_encoder) needed.insert(needed.end(), {"text_encoder", "tokenizer"});

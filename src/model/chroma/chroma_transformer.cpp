@@ -135,11 +135,8 @@ at::Tensor ChromaTransformer2DModelImpl::forward(const ChromaInputs& in) {
 
 ChromaTransformer2DModel load_chroma_transformer(const std::filesystem::path& dir,
                                                  at::ScalarType dtype) {
-    ChromaTransformer2DModel transformer(read_chroma_config(dir / "config.json"));
-    transformer->to(dtype);
-    load_weights(*transformer, find_weight_files(dir), "transformer");
-    transformer->eval();
-    return transformer;
+    return load_component(ChromaTransformer2DModel(read_chroma_config(dir / "config.json")), dir,
+                          dtype, "transformer");
 }
 
 ChromaConfig read_chroma_config(const std::filesystem::path& path) {

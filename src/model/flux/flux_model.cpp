@@ -22,11 +22,9 @@ bool FluxModel::flex2() const {
 }
 
 FluxTransformer2DModel load_flux_transformer(const DiffusersFolder& folder, at::ScalarType dtype) {
-    FluxTransformer2DModel transformer(read_flux_config(folder.dir("transformer") / "config.json"));
-    transformer->to(dtype);
-    load_weights(*transformer, find_weight_files(folder.dir("transformer")), "transformer");
-    transformer->eval();
-    return transformer;
+    return load_component(
+        FluxTransformer2DModel(read_flux_config(folder.dir("transformer") / "config.json")),
+        folder.dir("transformer"), dtype, "transformer");
 }
 
 FluxModel load_flux(const std::filesystem::path& root, const FluxLoadOptions& o) {

@@ -57,4 +57,11 @@ void DiffusersFolder::require(const std::vector<std::string>& needed) const {
     }
 }
 
+void DiffusersFolder::require_pipeline(const std::string& expected) const {
+    if (pipeline_class != expected) {
+        throw FormatError((root / "model_index.json").string(),
+                          "pipeline class '" + pipeline_class + "' is not " + expected);
+    }
+}
+
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <limits>
 #include <optional>
 
 namespace loom::dit {
@@ -65,6 +66,13 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
         return (t.dim() == 2 ? t.unsqueeze(0) : t).unsqueeze(2);
     };
     return RotaryFunction::apply(x, spread(cos), spread(sin));
+}
+
+at::Tensor key_padding_bias(const at::Tensor& keep) {
+    return at::zeros(keep.sizes(), keep.options().dtype(at::kFloat))
+        .masked_fill(keep.to(at::kBool).logical_not(), -std::numeric_limits<float>::infinity())
+        .unsqueeze(1)
+        .unsqueeze(1);
 }
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

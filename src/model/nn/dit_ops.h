@@ -33,6 +33,10 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(
 // operation that saves only the tables.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// A [B, S] mask of the keys attended to (bool, or 0/1) as a bias [B, 1, 1, S] float32: 0 where
+// attended, -inf where not — how the pipelines' boolean masks reach attention.
+at::Tensor key_padding_bias(const at::Tensor& keep);
+
 // Scaled dot-product attention over [B, S, H, D] queries and [B, S', H, D] keys and values,
 // back to [B, S, H*D] in the queries' dtype.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);

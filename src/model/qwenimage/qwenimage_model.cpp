@@ -53,10 +53,8 @@ TextConditioning QwenImageModel::encode_prompts(const std::vector<std::string>& 
     const at::Tensor id_tensor = at::tensor(ids, at::kLong).view({batch, tokens}).to(device);
     const at::Tensor mask_tensor = at::tensor(mask, at::kLong).view({batch, tokens}).to(device);
     const at::Tensor states = text_encoder->forward(id_tensor, mask_tensor, -1);
-    // The real tokens in order (a stable sort of the mask puts them first), past the prefix.
-    const at::Tensor order =
-        std::get<1>(mask_tensor.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
-    const at::Tensor real = states.gather(1, order.unsqueeze(-1).expand_as(states));
+    // The real tokens first, then those past the template's prefix.
+    const at::Tensor real = real_tokens_first(states, mask_tensor).first;
     const int64_t width = *std::max_element(lengths.begin(), lengths.end());
     TextConditioning out;
     out.context = at::zeros({batch, width, states.size(2)}, states.options());
@@ -73,11 +71,7 @@ TextConditioning QwenImageModel::encode_prompts(const std::vector<std::string>& 
 QwenImageModel load_qwenimage(const std::filesystem::path& root, const QwenImageLoadOptions& o) {
     QwenImageModel model;
     model.folder = read_diffusers_folder(root);
-    const std::filesystem::path index = root / "model_index.json";
-    if (model.folder.pipeline_class != "QwenImagePipeline") {
-        throw FormatError(index.string(), "pipeline class '" + model.folder.pipeline_class +
-                                              "' is not QwenImagePipeline");
-    }
+    model.folder.require_pipeline("QwenImagePipeline");
     std::vector<std::string> needed = {"transformer", "scheduler"};
     if (o.load_vae) needed.push_back("vae");
     if (o.load_text_encoder) needed.insert(needed.end(), {"text_encoder", "tokenizer"});

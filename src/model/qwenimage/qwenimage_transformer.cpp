@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "../nn/dit_ops.h"
 #include "loading/config_reader.h"
@@ -83,10 +82,7 @@ at::Tensor QwenImageTransformer2DModelImpl::forward(const QwenImageInputs& in) {
             at::cat({in.encoder_hidden_states_mask.to(at::kBool),
                      at::ones({hidden.size(0), hidden.size(1)}, hidden.options().dtype(at::kBool))},
                     1);
-        bias = at::zeros(keep.sizes(), hidden.options().dtype(at::kFloat))
-                   .masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity())
-                   .unsqueeze(1)
-                   .unsqueeze(1);
+        bias = dit::key_padding_bias(keep);
     }
     for (const auto& module : *transformer_blocks) {
         auto* block = module->as<FluxTransformerBlockImpl>();
@@ -139,11 +135,8 @@ QwenImageConfig read_qwenimage_config(const std::filesystem::path& path) {
 
 QwenImageTransformer2DModel load_qwenimage_transformer(const std::filesystem::path& dir,
                                                        at::ScalarType dtype) {
-    QwenImageTransformer2DModel transformer(read_qwenimage_config(dir / "config.json"));
-    transformer->to(dtype);
-    load_weights(*transformer, find_weight_files(dir), "transformer");
-    transformer->eval();
-    return transformer;
+    return load_component(QwenImageTransformer2DModel(read_qwenimage_config(dir / "config.json")),
+                          dir, dtype, "transformer");
 }
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "loading/config_reader.h"
 #include "loom/core/error.h"
@@ -282,6 +283,17 @@ DecoderLM load_decoder_lm(const fs::path& folder, at::ScalarType dtype) {
     load_stored_tensors(*model, mine, "text encoder", folder.string(), "config.json");
     model->eval();
     return model;
+}
+
+std::pair<at::Tensor, at::Tensor> real_tokens_first(const at::Tensor& states,
+                                                    const at::Tensor& mask) {
+    // A stable descending sort of the mask lists each row's real positions first, in order.
+    const at::Tensor order =
+        std::get<1>(mask.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+    const at::Tensor kept = mask.gather(1, order);
+    const at::Tensor moved = states.gather(1, order.unsqueeze(-1).expand_as(states)) *
+                             kept.unsqueeze(-1).to(states.scalar_type());
+    return {moved, kept};
 }
 
 }  // namespace loom

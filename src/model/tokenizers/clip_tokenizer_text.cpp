@@ -64,10 +64,10 @@ std::u32string from_valid_utf8(std::string_view text) {
     return out;
 }
 
-void check_utf8(std::string_view text) {
+void check_utf8(std::string_view text, const char* tokenizer) {
     if (const auto bad = find_invalid_utf8(text)) {
         std::ostringstream msg;
-        msg << "CLIP tokenizer: the text is not valid UTF-8 (line " << bad->line << ", column "
+        msg << tokenizer << ": the text is not valid UTF-8 (line " << bad->line << ", column "
             << bad->column << ", byte offset " << bad->offset
             << "); re-save the caption or prompt as UTF-8";
         throw Error(msg.str());

@@ -15,8 +15,9 @@ void append_utf8(char32_t c, std::string& out);
 std::string to_utf8(std::u32string_view text);
 // Decodes text that find_invalid_utf8() has accepted.
 std::u32string from_valid_utf8(std::string_view text);
-// Throws loom::Error naming the line, column and byte offset of the first invalid byte.
-void check_utf8(std::string_view text);
+// Throws loom::Error naming `tokenizer` and the line, column and byte offset of the first invalid
+// byte.
+void check_utf8(std::string_view text, const char* tokenizer = "CLIP tokenizer");
 
 // NFC as the reference's normalizers.NFC() (the tables of unicode_tables.h).
 std::u32string nfc(std::u32string_view text);

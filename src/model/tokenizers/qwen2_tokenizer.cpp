@@ -101,7 +101,7 @@ struct Qwen2Tokenizer::State {
     }
 
     void tokenize(std::string_view text, std::vector<int64_t>& ids) const {
-        clip_tokenizer_detail::check_utf8(text);
+        clip_tokenizer_detail::check_utf8(text, "Qwen2 tokenizer");
         split_qwen2_added_tokens(
             text, raw_tokens,
             [&](std::string_view part) {
@@ -149,7 +149,7 @@ Qwen2Tokenizer Qwen2Tokenizer::from_folder(const std::filesystem::path& dir) {
     std::unordered_map<std::string, int64_t> ids(state->bpe.vocab());
     for (auto& [id, spec] : clip_tokenizer_detail::parse_added_tokens(root, tokenizer_json)) {
         if (spec.content.empty()) continue;
-        clip_tokenizer_detail::check_utf8(spec.content);
+        clip_tokenizer_detail::check_utf8(spec.content, "Qwen2 tokenizer");
         Qwen2AddedToken token{spec.content, clip_tokenizer_detail::from_valid_utf8(spec.content),
                               id};
         ids[spec.content] = id;

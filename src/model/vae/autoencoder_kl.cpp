@@ -211,11 +211,8 @@ VAEConfig read_vae_config(const fs::path& path) {
 }
 
 AutoencoderKL load_vae(const DiffusersFolder& folder, at::ScalarType dtype) {
-    AutoencoderKL vae(read_vae_config(folder.dir("vae") / "config.json"));
-    vae->to(dtype);
-    load_weights(*vae, find_weight_files(folder.dir("vae")), "vae");
-    vae->eval();
-    return vae;
+    return load_component(AutoencoderKL(read_vae_config(folder.dir("vae") / "config.json")),
+                          folder.dir("vae"), dtype, "vae");
 }
 
 }  // namespace loom

@@ -573,11 +573,8 @@ WanVAEConfig read_wan_vae_config(const fs::path& path) {
 }
 
 AutoencoderKLWan load_wan_vae(const fs::path& dir, at::ScalarType dtype) {
-    AutoencoderKLWan vae(read_wan_vae_config(dir / "config.json"));
-    vae->to(dtype);
-    load_weights(*vae, find_weight_files(dir), "vae");
-    vae->eval();
-    return vae;
+    return load_component(AutoencoderKLWan(read_wan_vae_config(dir / "config.json")), dir, dtype,
+                          "vae");
 }
 
 }  // namespace loom

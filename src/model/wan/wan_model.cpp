@@ -92,11 +92,9 @@ bool is_wan_pipeline(const DiffusersFolder& folder) {
 
 WanTransformer3DModel load_wan_transformer(const DiffusersFolder& folder,
                                            const std::string& component, at::ScalarType dtype) {
-    WanTransformer3DModel transformer(read_wan_config(folder.dir(component) / "config.json"));
-    transformer->to(dtype);
-    load_weights(*transformer, find_weight_files(folder.dir(component)), component);
-    transformer->eval();
-    return transformer;
+    return load_component(
+        WanTransformer3DModel(read_wan_config(folder.dir(component) / "config.json")),
+        folder.dir(component), dtype, component);
 }
 
 WanModel load_wan_components(DiffusersFolder folder, const WanLoadOptions& o) {

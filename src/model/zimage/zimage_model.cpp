@@ -34,13 +34,9 @@ TextConditioning ZImageModel::encode_prompts(const std::vector<std::string>& pro
     const at::Tensor id_tensor = at::tensor(ids, at::kLong).view({batch, tokens}).to(device);
     const at::Tensor mask_tensor = at::tensor(mask, at::kLong).view({batch, tokens}).to(device);
     const at::Tensor states = text_encoder->forward(id_tensor, mask_tensor, kHiddenState);
-    // The real tokens' rows first, in order (a stable sort of the mask, descending), zeros after.
-    const at::Tensor order =
-        std::get<1>(mask_tensor.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
-    const at::Tensor kept = mask_tensor.gather(1, order);
+    auto [context, kept] = real_tokens_first(states, mask_tensor);
     TextConditioning out;
-    out.context = states.gather(1, order.unsqueeze(-1).expand_as(states)) *
-                  kept.unsqueeze(-1).to(states.scalar_type());
+    out.context = std::move(context);
     out.context_mask = kept.to(at::kFloat).cpu();
     return out;
 }
@@ -54,11 +50,7 @@ std::vector<int64_t> zimage_caption_lengths(const at::Tensor& context_mask) {
 ZImageModel load_zimage(const std::filesystem::path& root, const ZImageLoadOptions& o) {
     ZImageModel model;
     model.folder = read_diffusers_folder(root);
-    const std::filesystem::path index = root / "model_index.json";
-    if (model.folder.pipeline_class != "ZImagePipeline") {
-        throw FormatError(index.string(), "pipeline class '" + model.folder.pipeline_class +
-                                              "' is not ZImagePipeline");
-    }
+    model.folder.require_pipeline("ZImagePipeline");
     std::vector<std::string> needed = {"transformer", "scheduler"};
     if (o.load_vae) needed.push_back("vae");
     if (o.load_text_encoder) needed.insert(needed.end(), {"text_encoder", "tokenizer"});

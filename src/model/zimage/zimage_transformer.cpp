@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "../nn/dit_ops.h"
 #include "loading/config_reader.h"
@@ -26,14 +25,11 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
     return at::rms_norm(x, {x.size(-1)}, weight, eps);
 }
 
-// A [B, S] validity mask as a key bias [B, 1, 1, S]: 0 where attended, -inf where not; undefined
-// when every key of every item is valid (the reference passes no mask then).
+// A [B, S] validity mask as a key bias [B, 1, 1, S]; undefined when every key of every item is
+// valid (the reference passes no mask then).
 at::Tensor key_bias(const at::Tensor& valid) {
     if (valid.all().item<bool>()) return {};
-    return at::zeros(valid.sizes(), valid.options().dtype(at::kFloat))
-        .masked_fill(valid.logical_not(), -std::numeric_limits<float>::infinity())
-        .unsqueeze(1)
-        .unsqueeze(1);
+    return dit::key_padding_bias(valid);
 }
 
 }  // namespace
@@ -125,7 +121,7 @@ ZImageTransformer2DModelImpl::ZImageTransformer2DModelImpl(const ZImageConfig& c
     // adaLN_modulation = Sequential(SiLU, Linear): the Linear is entry 1.
     auto final_adaln_seq =
         final_layer->register_module("adaLN_modulation", torch::nn::ModuleList());
-    final_adaln_seq->push_back(torch::nn::Functional(at::silu));
+    final_adaln_seq->push_back(std::make_shared<torch::nn::Module>());  // 0: SiLU
     final_adaln = Linear(c.adaln_dim(), dim);
     final_adaln_seq->push_back(final_adaln);
 
@@ -141,7 +137,7 @@ ZImageTransformer2DModelImpl::ZImageTransformer2DModelImpl(const ZImageConfig& c
     t_linear_1 = Linear(256, 1024);
     t_linear_2 = Linear(1024, c.adaln_dim());
     mlp->push_back(t_linear_1);
-    mlp->push_back(torch::nn::Functional(at::silu));
+    mlp->push_back(std::make_shared<torch::nn::Module>());  // 1: SiLU
     mlp->push_back(t_linear_2);
     // cap_embedder = Sequential(RMSNorm(cap_feat_dim), Linear(cap_feat_dim, dim)).
     auto cap = register_module("cap_embedder", torch::nn::ModuleList());
@@ -334,11 +330,8 @@ ZImageConfig read_zimage_config(const std::filesystem::path& path) {
 
 ZImageTransformer2DModel load_zimage_transformer(const std::filesystem::path& dir,
                                                  at::ScalarType dtype) {
-    ZImageTransformer2DModel transformer(read_zimage_config(dir / "config.json"));
-    transformer->to(dtype);
-    load_weights(*transformer, find_weight_files(dir), "transformer");
-    transformer->eval();
-    return transformer;
+    return load_component(ZImageTransformer2DModel(read_zimage_config(dir / "config.json")), dir,
+                          dtype, "transformer");
 }
 
 }  // namespace loom

@@ -28,6 +28,8 @@ struct DiffusersFolder {
     // anything is loaded: FormatError naming model_index.json and the component when it is not
     // listed, IoError naming the folder when it is missing.
     void require(const std::vector<std::string>& components) const;
+    // FormatError naming model_index.json when the pipeline class is not `pipeline_class`.
+    void require_pipeline(const std::string& pipeline_class) const;
 };
 
 // Reads and checks model_index.json. Throws IoError / FormatError naming the file.

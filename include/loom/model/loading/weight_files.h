@@ -34,6 +34,18 @@ std::size_t load_weights(torch::nn::Module& module, const std::vector<std::files
                          const std::string& what, const std::string& base_prefix = "",
                          const std::map<std::string, std::string>& tied = {});
 
+// `module` (a ModuleHolder just built from the folder's config.json) at `dtype`, with the
+// weights of `component_dir` loaded as load_weights does (`what` names it in errors), in eval
+// mode: what every component loader does once its config is read.
+template <class Holder>
+Holder load_component(Holder module, const std::filesystem::path& component_dir,
+                      at::ScalarType dtype, const std::string& what) {
+    module->to(dtype);
+    load_weights(*module, find_weight_files(component_dir), what);
+    module->eval();
+    return module;
+}
+
 // One tensor to load into a module: its name there, its shape, and how to read it (from a file,
 // possibly renamed, split or reshaped: single-file checkpoints, model/sd/single_file.h).
 struct StoredTensor {

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/model/nn/adaptable_layers.h"
@@ -96,6 +97,12 @@ class DecoderLMImpl : public torch::nn::Module {
     T5LayerNorm norm{nullptr};
 };
 TORCH_MODULE(DecoderLM);
+
+// The pipelines' hidden_states[i][attention_mask[i]]: `states` [B, T, hidden] with each row's
+// real tokens (mask [B, T] 1) moved first, in order, and zeros after; and the mask the same way
+// (ones first). Whatever the tokenizer's padding side.
+std::pair<at::Tensor, at::Tensor> real_tokens_first(const at::Tensor& states,
+                                                    const at::Tensor& mask);
 
 // The rotary tables for positions [rows, B, T]: cos and sin [B, T, head_dim] float32, each
 // frequency taken from its mrope row (row 0 for all without sections), both halves equal.
