@@ -13,6 +13,7 @@ Writes, with fixed seeds:
   OUT/qwen2_5_vl/, OUT/qwen3/ and their decoder_lm cases (qwen_reference.py)
   OUT/qwen2_tokenizer/, OUT/zimage/ and their cases (zimage_reference.py)
   OUT/qwenimage/ a QwenImagePipeline folder and its prompt case (qwen_reference.py)
+  OUT/qwenimage_edit/, OUT/qwenimage_edit_plus/ and their cases (qwen_edit_reference.py)
   OUT/flux/, OUT/flux_schnell/ and their cases (flux_reference.py)
   OUT/optimizers/ 8-bit AdamW and Prodigy steps (optimizer_reference.py)
   OUT/single_file/ SD 1.x and SDXL single-file checkpoints, their folders and a hub cache
@@ -38,6 +39,7 @@ import flux_reference
 import optimizer_reference
 import quantization_reference
 import single_file_reference
+import qwen_edit_reference
 import qwen_reference
 import t5_reference
 import wan_reference
@@ -280,6 +282,7 @@ def main(out):
     qwen_reference.build(out, cases)
     zimage_reference.build(out, cases, flux_reference.vae())
     qwen_reference.build_pipeline(out, cases)  # on zimage_reference's Qwen2 tokenizer
+    qwen_edit_reference.build(out, cases)  # on both
     print(f"parity references written to {out}")
 
 

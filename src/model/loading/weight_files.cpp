@@ -141,14 +141,27 @@ std::vector<StoredTensor> stored_tensors_of(const std::shared_ptr<const Safetens
     return sources;
 }
 
-std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>& files,
-                         const std::string& what, const std::string& base_prefix,
-                         const std::map<std::string, std::string>& tied) {
+namespace {
+
+std::vector<StoredTensor> stored_tensors_of_files(const std::vector<fs::path>& files) {
     std::vector<StoredTensor> sources;
     for (const fs::path& path : files) {
         const auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
         for (StoredTensor& s : stored_tensors_of(file)) sources.push_back(std::move(s));
     }
+    return sources;
+}
+
+}  // namespace
+
+std::vector<StoredTensor> stored_tensors_in(const fs::path& component_dir) {
+    return stored_tensors_of_files(find_weight_files(component_dir));
+}
+
+std::size_t load_weights(torch::nn::Module& module, const std::vector<fs::path>& files,
+                         const std::string& what, const std::string& base_prefix,
+                         const std::map<std::string, std::string>& tied) {
+    const std::vector<StoredTensor> sources = stored_tensors_of_files(files);
     return load_stored_tensors(module, sources, what,
                                files.empty() ? what : files.front().parent_path().string(),
                                "config.json", base_prefix, tied);

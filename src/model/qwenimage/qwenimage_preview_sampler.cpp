@@ -19,10 +19,32 @@ struct QwenImageText {
 };
 
 QwenImageText qwenimage_text(QwenImageModel& model, const std::vector<std::string>& prompts,
+                             const std::vector<at::Tensor>& controls,
                              std::size_t max_sequence_length, const at::Device& device,
                              at::ScalarType dtype) {
-    const TextConditioning c = model.encode_prompts(prompts, max_sequence_length);
+    const TextConditioning c =
+        controls.empty() ? model.encode_prompts(prompts, max_sequence_length)
+                         : model.encode_edit_prompts(prompts, std::vector<std::vector<at::Tensor>>(
+                                                                  prompts.size(), controls));
     return {c.context.to(device).to(dtype), c.context_mask.to(device)};
+}
+
+// The Edit pipelines' image latents: each control image resized (Lanczos) to about a megapixel
+// at its own aspect, encoded by the VAE (its mean), normalised per channel and packed, side by
+// side on the sequence; `grids` gets each one's packed (height, width).
+at::Tensor control_latents(QwenImageModel& model, const std::vector<at::Tensor>& controls,
+                           int64_t batch, std::vector<std::pair<int64_t, int64_t>>& grids) {
+    std::vector<at::Tensor> packed;
+    const at::ScalarType vae_dtype = model.vae->parameters().front().scalar_type();
+    const at::Device device = model.vae->parameters().front().device();
+    for (const at::Tensor& image : controls) {
+        const at::Tensor pixels = qwen_edit_vae_pixels(image).unsqueeze(0).unsqueeze(2);
+        const at::Tensor z = model.vae->encode(pixels.to(device, vae_dtype)).mean;
+        const at::Tensor latents = model.vae->normalize_latents(z).select(2, 0).to(at::kFloat);
+        grids.emplace_back(latents.size(2) / 2, latents.size(3) / 2);
+        packed.push_back(flux_pack_latents(latents).expand({batch, -1, -1}));
+    }
+    return at::cat(packed, 1);
 }
 
 // A text side padded with zero rows (and a zero mask) to `tokens` tokens: the conditional and
@@ -49,9 +71,14 @@ at::Tensor qwenimage_initial_noise(const QwenImageModel& model, int64_t seed, in
 at::Tensor qwenimage_sample(QwenImageModel& model, const std::vector<std::string>& prompts,
                             const std::vector<std::string>& negatives, const at::Tensor& noise,
                             int64_t steps, double guidance, std::size_t max_sequence_length,
-                            bool batch_guidance) {
+                            bool batch_guidance, const std::vector<at::Tensor>& controls) {
     if (!model.vae || !model.text_encoder) {
         throw Error("Qwen-Image sampling needs the VAE and the text encoder loaded");
+    }
+    if ((model.variant != QwenImageVariant::kQwenImage) != !controls.empty()) {
+        throw Error(controls.empty() ? "Qwen-Image-Edit samples an edit of a control image: give "
+                                       "the prompt a ctrl_img"
+                                     : "Qwen-Image samples without control images");
     }
     const bool guided = guidance > 1.0;
     if (guided && negatives.size() != prompts.size()) {
@@ -66,16 +93,27 @@ at::Tensor qwenimage_sample(QwenImageModel& model, const std::vector<std::string
     const int64_t width = noise.size(3);
 
     at::Tensor latents = flux_pack_latents(noise.to(device));
-    QwenImageText text = qwenimage_text(model, prompts, max_sequence_length, device, dtype);
+    QwenImageText text =
+        qwenimage_text(model, prompts, controls, max_sequence_length, device, dtype);
     QwenImageText negative =
-        guided ? qwenimage_text(model, negatives, max_sequence_length, device, dtype)
+        guided ? qwenimage_text(model, negatives, controls, max_sequence_length, device, dtype)
                : QwenImageText{};
     QwenImageInputs in;
     in.height = height / 2;
     in.width = width / 2;
-    const FlowMatchEulerSampler sampler(model.scheduler, steps, in.height * in.width);
+    // The controls' latents ride after the image's on the sequence; the prediction is cut back.
+    const at::Tensor image_latents =
+        controls.empty() ? at::Tensor()
+                         : control_latents(model, controls, batch, in.control_grids).to(device);
+    const int64_t tokens = in.height * in.width;
+    const auto predict = [&](const QwenImageInputs& x) {
+        return transformer.forward(x).narrow(1, 0, tokens).to(at::kFloat);
+    };
+    // The dynamic shift counts the image's tokens alone.
+    const FlowMatchEulerSampler sampler(model.scheduler, steps, tokens);
     for (int64_t i = 0; i < sampler.steps(); ++i) {
-        in.hidden_states = latents.to(dtype);
+        in.hidden_states = image_latents.defined() ? at::cat({latents, image_latents}, 1).to(dtype)
+                                                   : latents.to(dtype);
         in.timestep = (sampler.timesteps()[i].expand({batch}) / 1000).to(device);
         in.encoder_hidden_states = text.context;
         in.encoder_hidden_states_mask = text.mask;
@@ -92,21 +130,22 @@ at::Tensor qwenimage_sample(QwenImageModel& model, const std::vector<std::string
                 both.timestep = at::cat({in.timestep, in.timestep});
                 both.encoder_hidden_states = at::cat({a.context, b.context});
                 both.encoder_hidden_states_mask = at::cat({a.mask, b.mask});
-                const auto halves = transformer.forward(both).to(at::kFloat).chunk(2);
+                const auto halves = predict(both).chunk(2);
                 cond = halves[0];
                 neg = halves[1];
             } else {
-                cond = transformer.forward(in).to(at::kFloat);
-                in.encoder_hidden_states = negative.context;
-                in.encoder_hidden_states_mask = negative.mask;
-                neg = transformer.forward(in).to(at::kFloat);
+                cond = predict(in);
+                QwenImageInputs negated = in;
+                negated.encoder_hidden_states = negative.context;
+                negated.encoder_hidden_states_mask = negative.mask;
+                neg = predict(negated);
             }
             const at::Tensor combined = neg + guidance * (cond - neg);
             // Rescaled per token to the conditional prediction's norm.
             prediction = combined * (at::linalg_vector_norm(cond, 2, {-1}, true) /
                                      at::linalg_vector_norm(combined, 2, {-1}, true));
         } else {
-            prediction = transformer.forward(in).to(at::kFloat);
+            prediction = predict(in);
         }
         latents = sampler.step(prediction, i, latents);
     }

@@ -18,17 +18,23 @@ constexpr double kRopeTheta = 10000.0;
 
 }  // namespace
 
-FluxRope qwenimage_rope(int64_t text_tokens, int64_t height, int64_t width,
+FluxRope qwenimage_rope(int64_t text_tokens, const std::vector<std::pair<int64_t, int64_t>>& grids,
                         const std::vector<int64_t>& axes_dims, const at::Device& device) {
     const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
-    const int64_t patches = height * width;
-    const at::Tensor index = at::arange(patches, longs);
-    // scale_rope: rows -(h - h/2) .. h/2 - 1, columns likewise; the one frame at 0.
-    const at::Tensor rows = index.div(width, "floor") - (height - height / 2);
-    const at::Tensor cols = index.remainder(width) - (width - width / 2);
-    // The text after the image's largest half-side, on every axis.
-    const at::Tensor text = at::arange(text_tokens, longs) + std::max(height / 2, width / 2);
-    const std::vector<at::Tensor> image_axes = {at::zeros({patches}, longs), rows, cols};
+    std::vector<at::Tensor> frames, rows, cols;
+    int64_t half_side = 0;
+    for (std::size_t i = 0; i < grids.size(); ++i) {
+        const auto [height, width] = grids[i];
+        const at::Tensor index = at::arange(height * width, longs);
+        frames.push_back(at::full({height * width}, static_cast<int64_t>(i), longs));
+        // scale_rope: rows -(h - h/2) .. h/2 - 1, columns likewise.
+        rows.push_back(index.div(width, "floor") - (height - height / 2));
+        cols.push_back(index.remainder(width) - (width - width / 2));
+        half_side = std::max({half_side, height / 2, width / 2});
+    }
+    // The text after the grids' largest half-side, on every axis.
+    const at::Tensor text = at::arange(text_tokens, longs) + half_side;
+    const std::vector<at::Tensor> image_axes = {at::cat(frames), at::cat(rows), at::cat(cols)};
     std::vector<at::Tensor> cos, sin;
     for (std::size_t axis = 0; axis < axes_dims.size(); ++axis) {
         const at::Tensor positions = at::cat({text, image_axes[axis]});
@@ -63,8 +69,12 @@ QwenImageTransformer2DModelImpl::QwenImageTransformer2DModelImpl(const QwenImage
 
 at::Tensor QwenImageTransformer2DModelImpl::forward(const QwenImageInputs& in) {
     const FluxConfig& f = config_.blocks;
-    TORCH_CHECK(in.height * in.width == in.hidden_states.size(1),
-                "Qwen-Image transformer: height x width must be the packed token count");
+    std::vector<std::pair<int64_t, int64_t>> grids = {{in.height, in.width}};
+    grids.insert(grids.end(), in.control_grids.begin(), in.control_grids.end());
+    int64_t tokens = 0;
+    for (const auto& [h, w] : grids) tokens += h * w;
+    TORCH_CHECK(tokens == in.hidden_states.size(1),
+                "Qwen-Image transformer: the grids' token counts must sum to the packed tokens");
     at::Tensor hidden = img_in(in.hidden_states);
     const auto dtype = hidden.scalar_type();
     // RMSNorm(joint_attention_dim, eps 1e-6), then the projection.
@@ -74,8 +84,7 @@ at::Tensor QwenImageTransformer2DModelImpl::forward(const QwenImageInputs& in) {
     const at::Tensor temb = timestep_embedder(
         timestep_embedding(in.timestep.to(dtype), 256, true, 0.0, 1000.0).to(dtype));
     const int64_t text_tokens = context.size(1);
-    const FluxRope rope =
-        qwenimage_rope(text_tokens, in.height, in.width, f.axes_dims_rope, hidden.device());
+    const FluxRope rope = qwenimage_rope(text_tokens, grids, f.axes_dims_rope, hidden.device());
     at::Tensor bias;
     if (in.encoder_hidden_states_mask.defined()) {
         const at::Tensor keep =

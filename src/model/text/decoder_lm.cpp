@@ -19,12 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dimension.
-at::Tensor rotate_half(const at::Tensor& x) {
-    const int64_t half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 // [B, 1, T, T]: 0 where query i may see key j (j <= i and j is not padding), the lowest float
 // elsewhere. A query's own position is always allowed, so that a padding query (left padding)
 // has a key and its row stays finite; the reference's rows for those queries are never used.
@@ -43,6 +37,11 @@ at::Tensor causal_bias(const at::Tensor& attention_mask, int64_t batch, int64_t 
 }
 
 }  // namespace
+
+at::Tensor rotate_half(const at::Tensor& x) {
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
 
 DecoderLayerImpl::DecoderLayerImpl(const DecoderLMConfig& c) : config_(c) {
     const int64_t q_dim = c.num_heads * c.head_dim;
@@ -245,12 +244,7 @@ DecoderLMConfig read_decoder_lm_config(const fs::path& path) {
 DecoderLM load_decoder_lm(const fs::path& folder, at::ScalarType dtype) {
     DecoderLM model(read_decoder_lm_config(folder / "config.json"));
     model->to(dtype);
-    const std::vector<fs::path> files = find_weight_files(folder);
-    std::vector<StoredTensor> all;
-    for (const fs::path& path : files) {
-        const auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
-        for (StoredTensor& s : stored_tensors_of(file)) all.push_back(std::move(s));
-    }
+    std::vector<StoredTensor> all = stored_tensors_in(folder);
     // The prefix the language model's keys have in these files.
     std::string prefix;
     bool found = false;

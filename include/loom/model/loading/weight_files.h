@@ -56,6 +56,10 @@ struct StoredTensor {
 
 // Every tensor of `file`, under its own name (the sources keep the file open).
 std::vector<StoredTensor> stored_tensors_of(const std::shared_ptr<const SafetensorsFile>& file);
+// Every tensor of a component folder's weight files (find_weight_files), under its own name: for
+// a loader that takes one model's keys out of files holding several (a language model and its
+// vision tower).
+std::vector<StoredTensor> stored_tensors_in(const std::filesystem::path& component_dir);
 
 // load_weights over sources; `where` names the file or folder in the FormatError and `config`
 // where the module's config came from ("config.json").

@@ -9,7 +9,14 @@
 // seeded with its seed, [1, 1, 16, h, w] as the pipeline draws it, so loom and diffusers give the
 // same image for a seed.
 //
-// ref: diffusers pipelines/qwenimage/pipeline_qwenimage.py::QwenImagePipeline.__call__
+// The Edit pipelines' loop adds the control images: in the prompts' encoding
+// (QwenImageModel::encode_edit_prompts) and as latents after the image's on the sequence (each
+// resized to about a megapixel at its own aspect, the VAE's mean, normalised and packed), the
+// prediction cut back to the image's tokens, the dynamic shift still counting the image's alone.
+//
+// ref: diffusers pipelines/qwenimage/pipeline_qwenimage.py::QwenImagePipeline.__call__;
+//      pipeline_qwenimage_edit.py::QwenImageEditPipeline.__call__;
+//      pipeline_qwenimage_edit_plus.py::QwenImageEditPlusPipeline.__call__
 
 #include <ATen/core/Tensor.h>
 
@@ -29,11 +36,14 @@ at::Tensor qwenimage_initial_noise(const QwenImageModel& model, int64_t seed, in
 
 // Denoises `noise` ([B, 16, h, w] latents, float32) for `prompts` (against `negatives` with
 // `guidance` above 1) in `steps` steps and decodes it: images [B, 3, 8h, 8w] in about [-1, 1].
-// With `batch_guidance` the two passes are one call on the doubled batch; the same images.
+// With `batch_guidance` the two passes are one call on the doubled batch; the same images. An
+// Edit model edits `controls` (uint8 [H, W, 3] host images at their own sizes, the same for
+// every prompt: one for Edit, one to three for Edit-2509); Qwen-Image takes none.
 at::Tensor qwenimage_sample(QwenImageModel& model, const std::vector<std::string>& prompts,
                             const std::vector<std::string>& negatives, const at::Tensor& noise,
                             int64_t steps, double guidance, std::size_t max_sequence_length,
-                            bool batch_guidance = false);
+                            bool batch_guidance = false,
+                            const std::vector<at::Tensor>& controls = {});
 
 // Images as uint8 [H, W, 3] CPU tensors, one per request, in request order.
 std::vector<at::Tensor> generate_qwenimage_previews(QwenImageModel& model,

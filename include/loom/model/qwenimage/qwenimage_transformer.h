@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "loom/model/flux/flux_transformer.h"
@@ -36,14 +37,18 @@ struct QwenImageInputs {
     at::Tensor encoder_hidden_states;  // [B, T, joint_attention_dim] Qwen2.5-VL's hidden states
     at::Tensor encoder_hidden_states_mask;  // [B, T] 1 for a real token, or undefined: all
     at::Tensor timestep;                    // [B] in [0, 1] (sigma); x1000 inside
-    int64_t height = 0;                     // the packed token grid: height x width = S
+    int64_t height = 0;                     // the packed token grid: height x width tokens
     int64_t width = 0;
+    // The Edit pipelines' control latents, packed after the image's tokens in hidden_states:
+    // each one's (height, width) grid, the i-th at frame i + 1 of MSRoPE (img_shapes).
+    std::vector<std::pair<int64_t, int64_t>> control_grids;
 };
 
 class QwenImageTransformer2DModelImpl : public torch::nn::Module {
   public:
     explicit QwenImageTransformer2DModelImpl(const QwenImageConfig& config);
-    // The flow-matching velocity for the packed latents: [B, S, out_channels].
+    // The flow-matching velocity for the packed latents, [B, S, out_channels] over the whole
+    // sequence (the image's tokens first, then the controls', as the reference returns it).
     at::Tensor forward(const QwenImageInputs& in);
     const QwenImageConfig& config() const { return config_; }
     void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
@@ -60,9 +65,10 @@ class QwenImageTransformer2DModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(QwenImageTransformer2DModel);
 
-// MSRoPE's tables for `text_tokens` text tokens followed by a one-frame `height` x `width` grid
-// of image patches: cos and sin [T + S, head_dim] float32 (QwenEmbedRope with scale_rope).
-FluxRope qwenimage_rope(int64_t text_tokens, int64_t height, int64_t width,
+// MSRoPE's tables for `text_tokens` text tokens followed by one-frame grids of patches, the
+// i-th of `grids` (height, width) at frame i: cos and sin [T + S, head_dim] float32
+// (QwenEmbedRope with scale_rope; the text after the grids' largest half-side).
+FluxRope qwenimage_rope(int64_t text_tokens, const std::vector<std::pair<int64_t, int64_t>>& grids,
                         const std::vector<int64_t>& axes_dims, const at::Device& device);
 
 // A QwenImageTransformer2DModel config.json; options loom does not build are FormatErrors

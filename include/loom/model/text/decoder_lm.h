@@ -104,6 +104,10 @@ TORCH_MODULE(DecoderLM);
 std::pair<at::Tensor, at::Tensor> real_tokens_first(const at::Tensor& states,
                                                     const at::Tensor& mask);
 
+// transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dimension
+// (the rotation of the decoder LM's and Qwen2.5-VL's vision tower's rotary embeddings).
+at::Tensor rotate_half(const at::Tensor& x);
+
 // The rotary tables for positions [rows, B, T]: cos and sin [B, T, head_dim] float32, each
 // frequency taken from its mrope row (row 0 for all without sections), both halves equal.
 std::pair<at::Tensor, at::Tensor> decoder_rotary_tables(const DecoderLMConfig& config,
