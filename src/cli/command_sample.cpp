@@ -58,8 +58,9 @@ cxxopts::Options sample_options() {
                   cxxopts::value<std::string>(), "SIZE")(
         "out", "Output folder", cxxopts::value<std::string>()->default_value("samples"), "DIR")(
         "control",
-        "Kontext: the image to edit, fitted to --width x --height (every prompt edits it)",
-        cxxopts::value<std::string>(), "IMAGE");
+        "Kontext, Qwen-Image-Edit: the image to edit (every prompt edits it; Kontext fits it to "
+        "--width x --height). Edit-2509 takes up to 3: repeat the flag",
+        cxxopts::value<std::vector<std::string>>(), "IMAGE");
     return options;
 }
 
@@ -96,11 +97,12 @@ PreviewOptions preview_options(const cxxopts::ParseResult& parsed, const config:
     return po;
 }
 
-// --control's image fitted to a request's size (scale and centre crop, as training fits a
-// dataset's control image), [3, height, width] in [-1, 1].
-at::Tensor control_image(const cxxopts::ParseResult& parsed, int64_t width, int64_t height) {
-    const std::string path = parsed["control"].as<std::string>();
+// --control's image: fitted to a request's size (scale and centre crop, as training fits a
+// dataset's control image), [3, height, width] in [-1, 1]; or, for an arch that resizes it
+// itself (`raw`: Qwen-Image-Edit), as the file is, uint8 [H, W, 3].
+at::Tensor control_image(const std::string& path, int64_t width, int64_t height, bool raw) {
     try {
+        if (raw) return data::rgb8_tensor(data::read_image(path));
         return data::read_fitted_image(path, {static_cast<int>(width), static_cast<int>(height)});
     } catch (const Error& e) {
         throw UsageError("loom sample: --control " + path + " cannot be used (" + e.what() +
@@ -121,9 +123,22 @@ int run_sample(const std::vector<std::string>& args) {
     // The flags are checked against the arch before any weight is read.
     const config::ArchInfo& arch = config::arch_info(detect_model_arch(model_dir));
     const PreviewOptions po = preview_options(parsed, arch);
-    if (parsed.count("control") && !arch.control_images) {
+    const std::vector<std::string> controls = parsed.count("control")
+                                                  ? parsed["control"].as<std::vector<std::string>>()
+                                                  : std::vector<std::string>{};
+    if (!controls.empty() && !arch.control_images) {
         throw UsageError(std::string("loom sample: --control does not apply to ") +
                          arch.display_name + ", which takes no control image (Kontext does)");
+    }
+    if (controls.size() > static_cast<std::size_t>(arch.max_control_images)) {
+        throw UsageError("loom sample: " + std::string(arch.display_name) + " takes " +
+                         std::to_string(arch.max_control_images) + " --control image" +
+                         (arch.max_control_images == 1 ? "" : "s at most") + "; " +
+                         std::to_string(controls.size()) + " given");
+    }
+    if (controls.empty() && arch.controls_in_prompt) {
+        throw UsageError("loom sample: " + std::string(arch.display_name) +
+                         " edits an image: give it with --control IMAGE");
     }
     std::vector<PreviewRequest> requests;
     const auto prompts = parsed["prompt"].as<std::vector<std::string>>();
@@ -142,7 +157,12 @@ int run_sample(const std::vector<std::string>& args) {
                 "loom sample: --steps must be at least 1 and --width/--height at "
                 "least 8");
         }
-        if (parsed.count("control")) r.control = control_image(parsed, r.width, r.height);
+        for (const std::string& path : controls) {
+            if (arch.controls_in_prompt)
+                r.control_images.push_back(control_image(path, r.width, r.height, true));
+            else
+                r.control = control_image(path, r.width, r.height, false);
+        }
         requests.push_back(r);
     }
     // Weights are read into host memory, then moved whole to the device.

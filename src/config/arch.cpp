@@ -28,8 +28,6 @@ constexpr const char* kOtherAiToolkitArchs[] = {
     "flux2",
     "flux2_klein_4b",
     "flux2_klein_9b",
-    "qwen_image_edit",
-    "qwen_image_edit_plus",
     "omnigen2",
     "f-lite",
     "zimage_l2p",
@@ -80,6 +78,11 @@ const std::vector<ArchInfo>& arch_table() {
         // Qwen-Image: 60 dual-stream blocks (Flux's under Qwen's names), Qwen2.5-VL as text
         // encoder, the Wan-derived VAE; true CFG at ai-toolkit's guidance (its true_cfg_scale)
         {Arch::kQwenImage, "qwen_image", "Qwen-Image",       F::kQwenImage,       "QwenImagePipeline",         true,  false, 32,    false, G::kClassifierFree,     4.0, true,  "qwen_image",      "networks.lora",       "diffusion_model", N::kDiffusers},
+        // Qwen-Image-Edit: the control image's latents after the target's on the sequence, and
+        // the image itself in the prompt, read by Qwen2.5-VL's vision tower; Edit-2509 (the
+        // "plus" pipeline) takes up to three, each at its own size
+        {Arch::kQwenImageEdit, "qwen_image_edit", "Qwen-Image-Edit", F::kQwenImage, "QwenImageEditPipeline", true, false, 32, false, G::kClassifierFree, 4.0, true, "qwen_image", "networks.lora", "diffusion_model", N::kDiffusers, /*control_images=*/true, /*controls_in_prompt=*/true, /*max_control_images=*/1},
+        {Arch::kQwenImageEditPlus, "qwen_image_edit_plus", "Qwen-Image-Edit-2509", F::kQwenImage, "QwenImageEditPlusPipeline", true, false, 32, false, G::kClassifierFree, 4.0, true, "qwen_image", "networks.lora", "diffusion_model", N::kDiffusers, /*control_images=*/true, /*controls_in_prompt=*/true, /*max_control_images=*/3},
     };
     // clang-format on
     return kTable;

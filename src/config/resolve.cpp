@@ -270,29 +270,45 @@ class Resolver {
                  key + " does not apply to '" + arch + "': it has no guidance embedding");
             p.train.bypass_guidance_embedding = false;
         }
+        const int max_controls = arch_info(*p.choices.arch).max_control_images;
         for (std::size_t i = 0; i < p.datasets.size(); ++i) {
             const std::string key = path + ".datasets." + std::to_string(i) + ".control_path";
             const std::size_t folders = p.datasets[i].control_path.size();
             if (folders > 0 && !takes_controls) {
                 fail(key, key +
-                              " pairs control images, which only flux_kontext and flex2 train "
-                              "on; '" +
+                              " pairs control images, which only flux_kontext, flex2, "
+                              "qwen_image_edit and qwen_image_edit_plus train on; '" +
                               arch +
-                              "' would leave them out: set model.arch: flux_kontext for a "
-                              "Kontext model (flex2 for Flex.2), or remove control_path");
+                              "' would leave them out: set model.arch to the edit model's arch "
+                              "(flux_kontext for a Kontext model), or remove control_path");
             }
-            if (folders > 1) {
+            if (takes_controls && folders > static_cast<std::size_t>(max_controls)) {
                 fail(key, key + " lists " + std::to_string(folders) + " folders; '" + arch +
-                              "' edits from one control image per training image: keep one");
+                              (max_controls == 1
+                                   ? "' edits from one control image per training image: keep one"
+                                   : "' takes up to " + std::to_string(max_controls) +
+                                         " control images per training image: keep " +
+                                         std::to_string(max_controls) + " or fewer"));
             }
         }
-        if (takes_controls) return;
         for (std::size_t i = 0; i < p.sample.samples.size(); ++i) {
-            const std::string key = path + ".sample.samples." + std::to_string(i) + ".ctrl_img";
-            if (p.sample.samples[i].ctrl_img) {
-                warn(DiagnosticKind::kNote, key,
-                     key + " is not used: '" + arch + "' previews take no control image");
-                p.sample.samples[i].ctrl_img.reset();
+            config::SampleItem& item = p.sample.samples[i];
+            const std::string key = path + ".sample.samples." + std::to_string(i);
+            const std::size_t images = item.control_images().size();
+            if (images == 0) continue;
+            if (!takes_controls) {
+                warn(DiagnosticKind::kNote, key + ".ctrl_img",
+                     key + ".ctrl_img is not used: '" + arch + "' previews take no control image");
+                item.ctrl_img.reset();
+                item.ctrl_img_1.reset();
+                item.ctrl_img_2.reset();
+                item.ctrl_img_3.reset();
+            } else if (images > static_cast<std::size_t>(max_controls)) {
+                warn(DiagnosticKind::kNote, key + ".ctrl_img_2",
+                     key + ": '" + arch + "' previews edit one control image; ctrl_img_2 and " +
+                         "ctrl_img_3 are not used");
+                item.ctrl_img_2.reset();
+                item.ctrl_img_3.reset();
             }
         }
     }

@@ -137,7 +137,7 @@ std::shared_ptr<const ImageRecord> control_of(const fs::path& image, const Contr
 }
 
 Outcome examine(const fs::path& path, const config::DatasetConfig& cfg,
-                const ControlFiles* controls, const ControlFiles* inpaints) {
+                const std::vector<ControlFiles>& controls, const ControlFiles* inpaints) {
     Outcome out;
     auto skip = [&](const std::string& why) {
         out.warning = "skipping " + path.string() + ": " + why;
@@ -197,9 +197,10 @@ Outcome examine(const fs::path& path, const config::DatasetConfig& cfg,
     }
     if (trim_ascii_space(record.caption).empty() && cfg.default_caption)
         record.caption = *cfg.default_caption;
-    if (controls != nullptr) {
-        record.control = control_of(path, *controls, cfg.control_path.front(), out.fatal);
-        if (!record.control) return out;
+    for (std::size_t i = 0; i < controls.size(); ++i) {
+        auto control = control_of(path, controls[i], cfg.control_path[i], out.fatal);
+        if (!control) return out;
+        record.controls.push_back(std::move(control));
     }
     if (inpaints != nullptr) {
         record.inpaint =
@@ -210,18 +211,22 @@ Outcome examine(const fs::path& path, const config::DatasetConfig& cfg,
     return out;
 }
 
-// control_path's (or inpaint_path's) image files (not its subfolders: ai-toolkit pairs by file
-// name).
-ControlFiles list_controls(const config::DatasetConfig& cfg, const PairKind& kind = kControlPair) {
-    const std::vector<std::string>& folders = kind.alpha ? cfg.inpaint_path : cfg.control_path;
+// ai-toolkit's most control folders (Qwen-Image-Edit-2509's three pictures).
+constexpr std::size_t kMaxControlFolders = 3;
+
+// The image files of `folder`, one of control_path's (or inpaint_path's) folders (not its
+// subfolders: ai-toolkit pairs by file name).
+ControlFiles list_controls(const config::DatasetConfig& cfg, const std::string& folder,
+                           const PairKind& kind = kControlPair) {
     const std::string key = std::string("datasets[].") + kind.key;
-    if (folders.size() > 1) {
-        throw DatasetError(cfg.folder_path, key + " lists " + std::to_string(folders.size()) +
-                                                " folders; a " + kind.noun +
-                                                " per training image pairs from one folder: "
-                                                "keep one");
+    const std::size_t folders = kind.alpha ? cfg.inpaint_path.size() : cfg.control_path.size();
+    if (folders > (kind.alpha ? 1 : kMaxControlFolders)) {
+        throw DatasetError(cfg.folder_path,
+                           key + " lists " + std::to_string(folders) + " folders; " +
+                               (kind.alpha ? "an inpaint image pairs from one folder: keep one"
+                                           : "at most 3 control images pair with a training "
+                                             "image: keep 3 or fewer"));
     }
-    const std::string& folder = folders.front();
     if (cfg.is_video()) {
         throw DatasetError(cfg.folder_path, key + " " + folder +
                                                 " is set on a video dataset (num_frames > 1); " +
@@ -335,7 +340,7 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
     if (files.size() == unsupported) {
         if (unsupported > 0) {
             for (const fs::path& p : files) {
-                const Outcome o = examine(p, cfg, nullptr, nullptr);
+                const Outcome o = examine(p, cfg, {}, nullptr);
                 log.warn("{}", o.warning);
                 if (options.on_warning) options.on_warning({p, o.warning});
             }
@@ -351,10 +356,12 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
                                             " or fix datasets[].folder_path");
     }
 
-    const std::optional<ControlFiles> controls =
-        cfg.has_controls() ? std::optional<ControlFiles>(list_controls(cfg)) : std::nullopt;
+    std::vector<ControlFiles> controls;
+    for (const std::string& folder : cfg.control_path)
+        controls.push_back(list_controls(cfg, folder));
     const std::optional<ControlFiles> inpaints =
-        cfg.has_inpaint() ? std::optional<ControlFiles>(list_controls(cfg, kInpaintPair))
+        cfg.has_inpaint() ? std::optional<ControlFiles>(
+                                list_controls(cfg, cfg.inpaint_path.front(), kInpaintPair))
                           : std::nullopt;
     // Decoding dominates: examine files on up to num_workers threads, report in sorted order.
     std::vector<Outcome> outcomes(files.size());
@@ -363,8 +370,7 @@ ScannedDataset scan_dataset(const config::DatasetConfig& cfg, const ScanOptions&
     std::atomic<std::size_t> next{0};
     auto work = [&] {
         for (std::size_t i = next++; i < files.size(); i = next++)
-            outcomes[i] = examine(files[i], cfg, controls ? &*controls : nullptr,
-                                  inpaints ? &*inpaints : nullptr);
+            outcomes[i] = examine(files[i], cfg, controls, inpaints ? &*inpaints : nullptr);
     };
     std::vector<std::thread> pool;
     for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(work);

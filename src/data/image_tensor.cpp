@@ -18,6 +18,13 @@ at::Tensor image_to_tensor(const Image& image) {
     return bytes.permute({2, 0, 1}).to(at::kFloat).div_(127.5).sub_(1.0).contiguous();
 }
 
+at::Tensor rgb8_tensor(const Image& image) {
+    HostAllocations host;
+    return at::from_blob(const_cast<std::uint8_t*>(image.pixels.data()),
+                         {image.height, image.width, 3}, at::kByte)
+        .clone();
+}
+
 Image tensor_to_image(const at::Tensor& tensor) {
     at::Tensor t = tensor.detach();
     if (t.dim() == 4 && t.size(0) == 1) t = t.squeeze(0);

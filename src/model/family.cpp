@@ -37,6 +37,12 @@ const std::vector<FamilyEntry>& family_table() {
     return table;
 }
 
+TextConditioning ModelFamily::encode_prompts_with_controls(
+    const std::vector<std::string>&, const std::vector<std::vector<at::Tensor>>&) {
+    throw Error(std::string(config::arch_info(arch()).display_name) +
+                " does not read control images in its prompts");
+}
+
 const FamilyEntry& family_entry(config::FamilyKind kind) {
     for (const FamilyEntry& e : family_table()) {
         if (e.kind == kind) return e;

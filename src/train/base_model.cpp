@@ -29,6 +29,7 @@ std::unique_ptr<ModelFamily> load_frozen_base(const config::ProcessConfig& proce
     FamilyLoadOptions options;
     options.v_prediction = process.model.is_v_pred;
     options.bypass_guidance_embedding = process.train.bypass_guidance_embedding;
+    options.match_target_res = process.model.model_kwargs.match_target_res;
     options.trained_experts = {process.model.model_kwargs.train_high_noise,
                                process.model.model_kwargs.train_low_noise};
     options.dtype =

@@ -75,12 +75,27 @@ at::Tensor control_tensor(const std::string& path, std::size_t prompt, int64_t w
     }
 }
 
+// A preview's control image as it is on disk, uint8 [H, W, 3]: what an Edit pipeline resizes
+// itself.
+at::Tensor raw_control(const std::string& path, std::size_t prompt) {
+    try {
+        return data::rgb8_tensor(data::read_image(path));
+    } catch (const Error& e) {
+        throw ConfigError("", "sample.prompts",
+                          "sample prompt " + std::to_string(prompt + 1) + ": its control image " +
+                              path + " cannot be used (" + e.what() +
+                              "); fix the ctrl_img path or the file");
+    }
+}
+
 }  // namespace
 
 std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& process) {
     const config::SampleConfig& sc = process.sample;
     const bool takes_control =
         process.choices.arch && config::arch_info(*process.choices.arch).control_images;
+    const bool controls_in_prompt =
+        process.choices.arch && config::arch_info(*process.choices.arch).controls_in_prompt;
     std::vector<PreviewRequest> requests;
     std::vector<std::string> prompts = sc.prompts;
     for (const auto& item : sc.samples) prompts.push_back(item.prompt);
@@ -126,10 +141,15 @@ std::vector<PreviewRequest> preview_requests(const config::ProcessConfig& proces
                 "without it",
                 i + 1, f);
         }
-        std::optional<std::string> control = flags.ctrl_img;
-        if (i >= sc.prompts.size() && sc.samples[i - sc.prompts.size()].ctrl_img)
-            control = sc.samples[i - sc.prompts.size()].ctrl_img;
-        if (control && takes_control) {
+        std::vector<std::string> controls;
+        if (flags.ctrl_img) controls.push_back(*flags.ctrl_img);
+        if (i >= sc.prompts.size() && !sc.samples[i - sc.prompts.size()].control_images().empty())
+            controls = sc.samples[i - sc.prompts.size()].control_images();
+        const std::optional<std::string> control =
+            controls.empty() ? std::nullopt : std::optional<std::string>(controls.front());
+        if (control && controls_in_prompt) {
+            for (const std::string& c : controls) r.control_images.push_back(raw_control(c, i));
+        } else if (control && takes_control) {
             r.control = control_tensor(*control, i, r.width, r.height);
         } else if (control) {
             logger("train").warn(

@@ -48,7 +48,11 @@ void Trainer::prepare_data() {
         TrainingData::ModelFacts{
             static_cast<int>(model_->bucket_divisibility()),
             static_cast<int>(model_->temporal_compression()),
-            process_.model.name_or_path + "|" + config::to_string(model_->arch())},
+            process_.model.name_or_path + "|" + config::to_string(model_->arch()),
+            config::arch_info(model_->arch()).controls_in_prompt,
+            [model = model_.get()](int64_t w, int64_t h, int64_t tw, int64_t th) {
+                return model->control_size(w, h, tw, th);
+            }},
         plan(), run_.root(), seed(), ranks());
     encoders_ = std::make_unique<TrainingEncoders>(*model_, *low_vram_, *device_, seed());
     if (process_.perf.cuda_graphs) {

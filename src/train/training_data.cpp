@@ -19,6 +19,8 @@ TrainingData::TrainingData(const config::ProcessConfig& process, ModelFacts mode
                            const guard::Plan& plan, std::filesystem::path run_root,
                            std::uint64_t seed, int ranks)
     : divisibility_(model.divisibility),
+      controls_in_prompt_(model.controls_in_prompt),
+      control_size_(std::move(model.control_size)),
       control_dropout_(process.model.model_kwargs.control_dropout),
       inpaint_dropout_(process.model.model_kwargs.inpaint_dropout),
       invert_inpaint_chance_(process.model.model_kwargs.invert_inpaint_mask_chance),
@@ -193,11 +195,28 @@ at::Tensor TrainingData::latent(std::size_t index, data::BucketSize bucket,
         [&](const at::Tensor& image) { return encode(it, image); }, frames);
 }
 
-at::Tensor TrainingData::control_latent(std::size_t index, data::BucketSize bucket,
+std::vector<data::BucketSize> TrainingData::control_sizes(std::size_t index,
+                                                          data::BucketSize bucket) const {
+    std::vector<data::BucketSize> out;
+    for (const auto& control : items_.at(index).image->controls) {
+        data::BucketSize size = bucket;
+        if (control_size_) {
+            const auto [w, h] =
+                control_size_(control->width, control->height, bucket.width, bucket.height);
+            size.width = static_cast<int>(w);
+            size.height = static_cast<int>(h);
+        }
+        size.frames = 1;
+        out.push_back(size);
+    }
+    return out;
+}
+
+at::Tensor TrainingData::control_latent(std::size_t index, std::size_t which, data::BucketSize size,
                                         const LatentEncode& encode) {
     const TrainingItem& it = items_.at(index);
-    if (!it.image->control) return {};
-    return latent_cache_->get(*it.image->control, bucket, it.item.flip_x, it.item.flip_y,
+    if (which >= it.image->controls.size()) return {};
+    return latent_cache_->get(*it.image->controls[which], size, it.item.flip_x, it.item.flip_y,
                               [&](const at::Tensor& image) { return encode(it, image); });
 }
 
@@ -205,30 +224,55 @@ void TrainingData::cache_all_latents(const LatentEncode& encode) {
     const data::BucketPlan& plan = order_->plan();
     for (std::size_t i = 0; i < items_.size(); ++i) {
         latent(i, plan.item_bucket.at(i), encode);
-        control_latent(i, plan.item_bucket.at(i), encode);
+        const std::vector<data::BucketSize> sizes = control_sizes(i, plan.item_bucket.at(i));
+        for (std::size_t c = 0; c < sizes.size(); ++c) control_latent(i, c, sizes[c], encode);
     }
     train_log().info("cached {} latents", items_.size());
 }
 
-void TrainingData::cache_all_text(const data::TextEmbeddingCache::Encode& encode) {
+void TrainingData::cache_all_text(const TextEncode& encode) {
     // Without a cache that keeps them (low_vram 0, no cache_text_embeddings) each step encodes.
     if (!text_cache_->keeps_entries()) return;
-    std::set<std::string> captions;
-    for (const TrainingItem& it : items_) {
+    // Each (caption, item) the steps can draw: the caption alone, or with the item's controls.
+    std::set<std::pair<std::string, std::size_t>> texts;
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+        const TrainingItem& it = items_[i];
         data::CaptionOptions o = caption_options_.at(it.dataset);
         if (o.shuffle_tokens) return;  // any order of the tokens can come up: encoded when drawn
-        if (o.caption_dropout_rate > 0) captions.insert("");
+        std::vector<std::string> captions;
+        if (o.caption_dropout_rate > 0) captions.push_back("");
         o.caption_dropout_rate = 0;
         data::Rng unused(0);  // without dropout and shuffling nothing is drawn
-        captions.insert(data::process_caption(it.image->caption, o, unused));
+        captions.push_back(data::process_caption(it.image->caption, o, unused));
+        for (const std::string& c : captions) {
+            if (seen.insert(text_key(i, c)).second) texts.insert({c, i});
+        }
     }
-    for (const std::string& c : captions) text_cache_->get(c, encode);
-    train_log().info("cached {} text embeddings", captions.size());
+    for (const auto& [caption, index] : texts) conditioning(index, caption, encode);
+    train_log().info("cached {} text embeddings", texts.size());
 }
 
-NamedTensors TrainingData::conditioning(const std::string& caption,
-                                        const data::TextEmbeddingCache::Encode& encode) {
-    return text_cache_->get(caption, encode);
+std::string TrainingData::text_key(std::size_t index, const std::string& caption) const {
+    if (!controls_in_prompt_) return caption;
+    // The controls by content: the same caption with other control images is another text.
+    std::string key = caption;
+    for (const auto& control : items_.at(index).image->controls)
+        key += "\x1f" + control->content_hash;
+    return key;
+}
+
+NamedTensors TrainingData::conditioning(std::size_t index, const std::string& caption,
+                                        const TextEncode& encode) {
+    return text_cache_->get(text_key(index, caption), [&](const std::string&) {
+        std::vector<at::Tensor> controls;
+        if (controls_in_prompt_) {
+            // As the files are: the pipeline resizes them for its text encoder itself.
+            for (const auto& control : items_.at(index).image->controls)
+                controls.push_back(data::rgb8_tensor(data::read_image(control->path)));
+        }
+        return encode(caption, controls);
+    });
 }
 
 std::string TrainingData::caption(const data::StepSlot& slot,

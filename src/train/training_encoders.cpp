@@ -50,10 +50,13 @@ at::Tensor TrainingEncoders::latent(const TrainingItem& item, const at::Tensor& 
     return model_.training_latents(z).squeeze(0).cpu().clone();
 }
 
-NamedTensors TrainingEncoders::text(const std::string& caption) const {
+NamedTensors TrainingEncoders::text(const std::string& caption,
+                                    const std::vector<at::Tensor>& controls) const {
     torch::NoGradGuard no_grad;
     const Placement placement(low_vram_, device_);
-    const TextConditioning c = model_.encode_prompts({caption});
+    const TextConditioning c = controls.empty()
+                                   ? model_.encode_prompts({caption})
+                                   : model_.encode_prompts_with_controls({caption}, {controls});
     HostAllocations host;
     NamedTensors out = c.to_named();
     for (auto& [name, tensor] : out)

@@ -187,7 +187,18 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     std::optional<PhaseTimer> phase(std::in_place, times_.data);
     const Device& device = parts_.device;
     std::vector<at::Tensor> latents;
-    std::vector<at::Tensor> controls;  // the items' control latents (Kontext), or none
+    // The items' control latents: one each at the bucket (Kontext, Flex.2, Qwen-Image-Edit), or
+    // several of their own sizes (Edit-2509) — each item's fitted to the first item's sizes, so
+    // that they stack.
+    std::vector<std::vector<at::Tensor>> controls;
+    const std::vector<data::BucketSize> control_sizes =
+        parts_.data.has_controls()
+            ? parts_.data.control_sizes(micro.slots.front().item, micro.bucket)
+            : std::vector<data::BucketSize>{};
+    const bool at_bucket = control_sizes.size() == 1 &&
+                           control_sizes.front().width == micro.bucket.width &&
+                           control_sizes.front().height == micro.bucket.height;
+    controls.resize(control_sizes.size());
     std::vector<at::Tensor> contexts;
     std::vector<at::Tensor> pooled;
     std::vector<at::Tensor> masks;  // the captions' token masks (Chroma), or none
@@ -206,18 +217,18 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
                 keep = 1 - keep;
             keeps.push_back(keep);
         }
-        if (parts_.data.has_controls()) {
+        const bool dropped = parts_.data.control_dropped(slot, batches, seed_);
+        for (std::size_t k = 0; k < control_sizes.size(); ++k) {
             at::Tensor control =
-                parts_.data.control_latent(slot.item, micro.bucket, parts_.encode_latent);
+                parts_.data.control_latent(slot.item, k, control_sizes[k], parts_.encode_latent);
             // A dropped control trains as "no control image": Flex.2's zero channels.
-            if (parts_.data.control_dropped(slot, batches, seed_))
-                control = at::zeros_like(control);
-            controls.push_back(control);
+            if (dropped) control = at::zeros_like(control);
+            controls[k].push_back(control);
         }
         const std::string caption = parts_.data.caption(slot, batches, seed_);
-        const TextConditioning c =
-            TextConditioning::from_named(parts_.data.conditioning(caption, parts_.encode_text),
-                                         "the text cache entry of '" + caption + "'");
+        const TextConditioning c = TextConditioning::from_named(
+            parts_.data.conditioning(slot.item, caption, parts_.encode_text),
+            "the text cache entry of '" + caption + "'");
         contexts.push_back(c.context);  // [1, tokens, width]
         if (c.text_embeds.defined()) pooled.push_back(c.text_embeds);
         if (c.context_mask.defined()) masks.push_back(c.context_mask);
@@ -235,8 +246,14 @@ at::Tensor TrainingStep::forward_backward(const data::MicroBatch& micro,
     const at::Tensor extra =
         parts_.model.extra_conditioning(micro.bucket.height, micro.bucket.width, x0.size(0));
     if (extra.defined()) cond.extra = device.to_device(extra);
-    if (!controls.empty())
-        cond.control = device.to_device(at::stack(controls)).to(cond.context.scalar_type());
+    for (const std::vector<at::Tensor>& control : controls) {
+        const at::Tensor stacked =
+            device.to_device(at::stack(control)).to(cond.context.scalar_type());
+        if (at_bucket)
+            cond.control = stacked;
+        else
+            cond.controls.push_back(stacked);
+    }
     if (!keeps.empty()) {
         // ai-toolkit's Flex2: the clean latents times the keep mask, then the inpaint mask.
         const at::Tensor keep = device.to_device(at::stack(keeps)).to(x0.scalar_type());

@@ -98,12 +98,12 @@ PY
 }
 
 # tight_run LOOM PY NAME BUDGET RESOLUTIONS RULES...: the job `job NAME BUDGET 2 false RESOLUTIONS
-# 4 256` (the caller's job function: batch 2, no checkpointing, 256 px previews) ends with each of
+# 4 256` (the caller's job function: batch ${TIGHT_BATCH:-2}, no checkpointing, 256 px previews) ends with each of
 # RULES among its ladder changes, every OOM a real one (none injected) and each of its 8 steps
 # trained once, 0 steps lost.
 tight_run() {
   local loom="$1" py="$2" name="$3" budget="$4" res="$5"; shift 5
-  job "$name" "$budget" 2 false "$res" 4 256 >"$TMP/$name.yaml"
+  job "$name" "$budget" "${TIGHT_BATCH:-2}" false "$res" 4 256 >"$TMP/$name.yaml"
   if "$loom" train "$TMP/$name.yaml" >"$TMP/$name.log" 2>&1; then ok "the $name run ends"
   else bad "the $name run ends"; tail "$TMP/$name.log"; return; fi
   if "$py" - "$TMP/runs/$name/events.jsonl" "$TMP/runs/$name/metrics.jsonl" "$@" <<'PY'
@@ -128,8 +128,15 @@ PY
 # flow-matching LoRA job of the family tests (quantize, adamw8bit, EMA, two previews with a
 # negative prompt, 8 steps saved every 2) on $TMP/data for $MODEL, with the caller's $JOB_ARCH,
 # and optionally $JOB_TYPE (sd_trainer), $JOB_GUIDANCE (4), and extra lines under train:
-# ($JOB_TRAIN_KEYS) and under model: ($JOB_MODEL_KEYS), each line ending in a newline.
+# ($JOB_TRAIN_KEYS), under model: ($JOB_MODEL_KEYS) and under the dataset ($JOB_DATASET_KEYS),
+# each line ending in a newline, $JOB_QUANTIZE (true) and $JOB_SAMPLES for the sample prompts (the prompts: list or a
+# samples: list, at sample:'s indentation).
 flow_lora_job() {  # NAME VRAM BATCH CHECKPOINTING RESOLUTIONS SAMPLE_EVERY [SAMPLE_SIZE]
+  local samples='        prompts:
+          - "woman with red hair, playing chess at the park"
+          - "a bear building a log cabin in the snow covered mountains"
+'
+  [ -n "${JOB_SAMPLES:-}" ] && samples="$JOB_SAMPLES"
   cat <<YAML
 job: extension
 config:
@@ -148,7 +155,7 @@ config:
           shuffle_tokens: false
           cache_latents_to_disk: true
           resolution: $5
-      train:
+${JOB_DATASET_KEYS:-}      train:
         batch_size: $3
         steps: 8
         gradient_accumulation: 1
@@ -163,17 +170,14 @@ ${JOB_TRAIN_KEYS:-}        optimizer: "adamw8bit"
       model:
         name_or_path: $MODEL
         arch: "$JOB_ARCH"
-        quantize: true
+        quantize: ${JOB_QUANTIZE:-true}
 ${JOB_MODEL_KEYS:-}      sample:
         sampler: "flowmatch"
         sample_every: $6
         sample_start_step: 0
         width: ${7:-64}
         height: ${7:-64}
-        prompts:
-          - "woman with red hair, playing chess at the park"
-          - "a bear building a log cabin in the snow covered mountains"
-        neg: "blurry"
+${samples}        neg: "blurry"
         seed: 42
         walk_seed: true
         guidance_scale: ${JOB_GUIDANCE:-4}

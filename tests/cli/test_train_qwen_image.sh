@@ -8,7 +8,8 @@
 # diffusion_model., the transformer blocks only) and loads into diffusers' QwenImagePipeline
 # with every key used; killed with SIGKILL mid-run and rerun, it resumes and ends on the LoRA of
 # an uninterrupted run; under budgets the previews and steps do not fit, the rungs act on real
-# allocations with zero steps lost; `loom sample --lora` applies the LoRA, with a negative prompt.
+# allocations with zero steps lost, the idle text encoder leaving the device as a step's free
+# first rung; `loom sample --lora` applies the LoRA, with a negative prompt.
 #   test_train_qwen_image.sh LOOM MAKE_TINY_FIXTURE PYTHON PARITY_DIR
 set -u
 LOOM="$1"; FIXTURE="$2"; PY="$3"; PARITY="$4"
@@ -66,6 +67,14 @@ tight_run "$LOOM" "$PY" tight "${QWEN_TIGHT:-2MiB}" "[64, 128]" load.low_vram sa
 tight_run "$LOOM" "$PY" tighter "${QWEN_TIGHTER:-800KiB}" "[64]" load.low_vram sample.one_prompt_at_a_time \
   sample.sequential_guidance sample.halve_size sample.disable train.gradient_checkpointing \
   train.batch_1_accumulate
+
+# The free rung: unquantized (quantize starts at low_vram 2, the encoders on the host already),
+# every latent and text embedding cached, a step's first rung sends the idle text encoder and
+# VAE to the host. A batch of 12 at 64 px (the images and their mirror images) makes the step's
+# peak the run's; otherwise the tiny VAE's encoding peaks above the tiny transformer's step.
+JOB_QUANTIZE=false TIGHT_BATCH=12 JOB_DATASET_KEYS="          flip_x: true
+" tight_run "$LOOM" "$PY" free "${QWEN_FREE:-7MiB}" "[64]" free.encoders_off_device \
+  train.gradient_checkpointing
 
 if "$LOOM" sample --model "$MODEL" --lora "$TMP/runs/whole/whole.safetensors" \
     --prompt "a bear building a log cabin" --neg "blurry" --width 64 --height 64 --steps 2 \

@@ -29,7 +29,7 @@ TEST(ArchTable, OneRowPerArchInTheEnumsOrderAndNamesRoundTrip) {
 
 TEST(ArchTable, AiToolkitArchsLoomDoesNotBuildAreKnownButHaveNoRow) {
     for (const char* name :
-         {"sd3", "chroma_radiance", "wan22_5b", "qwen_image_edit", "zimage_l2p", "flex1"}) {
+         {"sd3", "chroma_radiance", "wan22_5b", "hidream_e1", "zimage_l2p", "flex1"}) {
         EXPECT_TRUE(is_ai_toolkit_arch(name)) << name;
         EXPECT_FALSE(find_arch(name).has_value()) << name;
     }
@@ -63,9 +63,15 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_TRUE(kontext.control_images && kontext.trainable && kontext.flow_matching);
     EXPECT_EQ(kontext.guidance, GuidanceKind::kDistilledEmbedding);
     EXPECT_STREQ(kontext.lora_prefix, flux.lora_prefix);
+    // The Edit archs read their controls in the prompt too; Edit-2509 takes up to three.
     for (const ArchInfo& row : arch_table()) {
-        EXPECT_EQ(row.control_images, row.arch == Arch::kFluxKontext || row.arch == Arch::kFlex2)
+        const bool edit = row.arch == Arch::kQwenImageEdit || row.arch == Arch::kQwenImageEditPlus;
+        EXPECT_EQ(row.control_images,
+                  row.arch == Arch::kFluxKontext || row.arch == Arch::kFlex2 || edit)
             << row.name;
+        EXPECT_EQ(row.controls_in_prompt, edit) << row.name;
+        EXPECT_EQ(row.max_control_images, row.arch == Arch::kQwenImageEditPlus ? 3 : 1) << row.name;
+        if (edit) EXPECT_EQ(row.family, FamilyKind::kQwenImage) << row.name;
     }
     // Flex.2: Flux's family, pipeline class and LoRA layout; its folder tells it by its
     // transformer's channels (model/family.h detect_arch).
@@ -83,7 +89,8 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_STREQ(chroma.lora_prefix, "diffusion_model");
     EXPECT_EQ(chroma.lora_module_names, LoRAModuleNames::kFluxOriginal);
     EXPECT_EQ(trainable_arch_list(),
-              "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, qwen_image");
+              "sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, qwen_image, "
+              "qwen_image_edit, qwen_image_edit_plus");
 }
 
 TEST(ArchTable, PipelineClassesMapToTheirArchs) {
@@ -93,12 +100,16 @@ TEST(ArchTable, PipelineClassesMapToTheirArchs) {
     EXPECT_EQ(archs_of_pipeline("StableDiffusionPipeline"),
               (std::vector<Arch>{Arch::kSd1, Arch::kSd2}));
     EXPECT_EQ(archs_of_pipeline("QwenImagePipeline"), std::vector<Arch>{Arch::kQwenImage});
-    EXPECT_TRUE(archs_of_pipeline("QwenImageEditPipeline").empty());
+    EXPECT_EQ(archs_of_pipeline("QwenImageEditPipeline"), std::vector<Arch>{Arch::kQwenImageEdit});
+    EXPECT_EQ(archs_of_pipeline("QwenImageEditPlusPipeline"),
+              std::vector<Arch>{Arch::kQwenImageEditPlus});
+    EXPECT_TRUE(archs_of_pipeline("HiDreamImagePipeline").empty());
     EXPECT_EQ(archs_of_pipeline("ChromaPipeline"), std::vector<Arch>{Arch::kChroma});
     EXPECT_EQ(archs_of_pipeline("ZImagePipeline"), std::vector<Arch>{Arch::kZImage});
     EXPECT_EQ(pipeline_class_list(),
               "StableDiffusionPipeline, StableDiffusionXLPipeline, FluxPipeline, WanPipeline, "
-              "FluxKontextPipeline, ChromaPipeline, ZImagePipeline, QwenImagePipeline");
+              "FluxKontextPipeline, ChromaPipeline, ZImagePipeline, QwenImagePipeline, "
+              "QwenImageEditPipeline, QwenImageEditPlusPipeline");
 }
 
 // The loader resolves model.arch once: Choices::arch is the row's Arch for an arch loom builds,

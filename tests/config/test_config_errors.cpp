@@ -105,7 +105,7 @@ std::vector<ErrorCase> error_cases() {
         {"arch_unknown", minimal_job_with("        arch: sd15\n"),
          "job.yaml:12:15: config.process.0.model.arch 'sd15' is not an ai-toolkit architecture "
          "(loom trains sd1, sdxl, flux, wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, "
-         "qwen_image)"},
+         "qwen_image, qwen_image_edit, qwen_image_edit_plus)"},
 
         // ---- missing required keys -----------------------------------------------------------
         {"missing_job", "config:\n  name: t\n",
@@ -192,8 +192,9 @@ std::vector<ErrorCase> error_cases() {
          replace(kMinimalJob, "        - folder_path: data\n",
                  "        - folder_path: data\n          control_path: ctrl\n"),
          "job.yaml:10:25: config.process.0.datasets.0.control_path pairs control images, which "
-         "only flux_kontext and flex2 train on; 'sd1' would leave them out: set model.arch: "
-         "flux_kontext for a Kontext model (flex2 for Flex.2), or remove control_path"},
+         "only flux_kontext, flex2, qwen_image_edit and qwen_image_edit_plus train on; 'sd1' "
+         "would leave them out: set model.arch to the edit model's arch (flux_kontext for a "
+         "Kontext model), or remove control_path"},
         {"inpaint_path_on_an_arch_without_inpainting",
          replace(kMinimalJob, "        - folder_path: data\n",
                  "        - folder_path: data\n          inpaint_path: masks\n"),
@@ -205,6 +206,13 @@ std::vector<ErrorCase> error_cases() {
                  "        - folder_path: data\n          control_path: [ctrl, ctrl2]\n"),
          "job.yaml:10:25: config.process.0.datasets.0.control_path lists 2 folders; "
          "'flux_kontext' edits from one control image per training image: keep one"},
+        {"control_path_of_four_folders_on_qwen_image_edit_plus",
+         replace(minimal_job_with("        arch: qwen_image_edit_plus\n"),
+                 "        - folder_path: data\n",
+                 "        - folder_path: data\n          control_path: [a, b, c, d]\n"),
+         "job.yaml:10:25: config.process.0.datasets.0.control_path lists 4 folders; "
+         "'qwen_image_edit_plus' takes up to 3 control images per training image: keep 3 or "
+         "fewer"},
 
         // ---- substitution --------------------------------------------------------------------
         {"env_unset", replace(kMinimalJob, "models/tiny", "${MODELS}/tiny"),

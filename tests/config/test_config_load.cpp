@@ -253,13 +253,14 @@ TEST(ConfigWarnings, NonDefaultValueOfPartlySupportedKey) {
 }
 
 TEST(ConfigWarnings, ArchLoomCannotTrainYet) {
-    const LoadedJob loaded = load(minimal_job_with("        arch: qwen_image_edit\n"));
+    const LoadedJob loaded = load(minimal_job_with("        arch: hidream_e1\n"));
     ASSERT_EQ(loaded.warnings.size(), 1u);
     EXPECT_EQ(loaded.warnings[0].kind, DiagnosticKind::kNotTrainable);
     EXPECT_EQ(loaded.warnings[0].to_string(),
-              "job.yaml:12:15: warning: config.process.0.model.arch 'qwen_image_edit' is an "
+              "job.yaml:12:15: warning: config.process.0.model.arch 'hidream_e1' is an "
               "ai-toolkit architecture that loom cannot train yet (loom trains sd1, sdxl, flux, "
-              "wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, qwen_image)");
+              "wan21, wan22_14b, flux_kontext, chroma, flex2, zimage, qwen_image, "
+              "qwen_image_edit, qwen_image_edit_plus)");
 }
 
 TEST(ConfigWarnings, FluxKeysResolveToFlowMatching) {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <tuple>
 
 #include "loom/config/emit.h"
 #include "loom/config/load.h"
@@ -272,6 +274,30 @@ TEST(AiToolkitExamples, QwenImageExampleIsATrainableJob) {
         flagged.push_back(d.key_path);
     }
     EXPECT_EQ(flagged, (std::vector<std::string>{"config.process.0.model.qtype"}));
+}
+
+// ai-toolkit's two Qwen-Image-Edit examples are jobs loom trains: one control folder (Edit) or a
+// list of three (Edit-2509), previews with ctrl_img (ctrl_img_1, ctrl_img_2); what is said is the
+// uint3 qtype, trained as uint4.
+TEST(AiToolkitExamples, QwenImageEditExamplesAreTrainableJobs) {
+    for (const auto& [file, arch, folders] :
+         {std::tuple{"train_lora_qwen_image_edit_32gb.yaml", Arch::kQwenImageEdit, 1},
+          std::tuple{"train_lora_qwen_image_edit_2509_32gb.yaml", Arch::kQwenImageEditPlus, 3}}) {
+        SCOPED_TRACE(file);
+        const LoadedJob loaded = load_job_file(kAiToolkitExamples / file);
+        const ProcessConfig& p = loaded.job.config.process.at(0);
+        EXPECT_EQ(p.choices.arch, arch);
+        EXPECT_EQ(p.datasets.at(0).control_path.size(), static_cast<std::size_t>(folders));
+        EXPECT_EQ(choose_qtype(p.model.qtype).qtype, QType::kUInt4);
+        const std::vector<std::string> controls = p.sample.samples.at(0).control_images();
+        EXPECT_EQ(controls.size(), arch == Arch::kQwenImageEdit ? 1u : 2u);
+        std::vector<std::string> flagged;
+        for (const Diagnostic& d : loaded.warnings) {
+            EXPECT_NE(d.kind, DiagnosticKind::kNotTrainable) << d.to_string();
+            flagged.push_back(d.key_path);
+        }
+        EXPECT_EQ(flagged, (std::vector<std::string>{"config.process.0.model.qtype"}));
+    }
 }
 
 TEST(AiToolkitExamples, QTypesLoomReplacesAreWarnedWhereWritten) {

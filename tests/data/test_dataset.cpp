@@ -261,15 +261,47 @@ TEST(ScanDataset, ControlPathPairsEachImageWithItsStem) {
     cfg.control_path = {(dir / "control").string()};
     const ScannedDataset d = scan_dataset(cfg);
     ASSERT_EQ(d.images.size(), 2u);
-    ASSERT_TRUE(d.images[0].control && d.images[1].control);
-    EXPECT_EQ(d.images[0].control->path, dir / "control" / "a.jpg");
-    EXPECT_EQ(d.images[0].control->width, 12);
-    EXPECT_EQ(d.images[0].control->height, 6);
-    EXPECT_EQ(d.images[1].control->path, dir / "control" / "b.png");
-    EXPECT_FALSE(d.images[1].control->content_hash.empty());
-    EXPECT_NE(d.images[0].control->content_hash, d.images[1].control->content_hash);
+    ASSERT_TRUE(d.images[0].control() && d.images[1].control());
+    EXPECT_EQ(d.images[0].control()->path, dir / "control" / "a.jpg");
+    EXPECT_EQ(d.images[0].control()->width, 12);
+    EXPECT_EQ(d.images[0].control()->height, 6);
+    EXPECT_EQ(d.images[1].control()->path, dir / "control" / "b.png");
+    EXPECT_FALSE(d.images[1].control()->content_hash.empty());
+    EXPECT_NE(d.images[0].control()->content_hash, d.images[1].control()->content_hash);
     // Without control_path nothing pairs.
-    EXPECT_FALSE(scan_dataset(test::dataset_config(dir / "data")).images[0].control);
+    EXPECT_FALSE(scan_dataset(test::dataset_config(dir / "data")).images[0].control());
+}
+
+// Qwen-Image-Edit-2509's control_path lists up to three folders: each image pairs with its stem in
+// every one of them, in order; a fourth folder, or a stem missing from the second, is an error.
+TEST(ScanDataset, SeveralControlFoldersPairInTheirOrder) {
+    TempDir dir;
+    write_file(dir / "data" / "a.png", png(16, 8, 1));
+    write_file(dir / "first" / "a.jpg", encode_jpeg(test::pattern_image(12, 6, 3)));
+    write_file(dir / "second" / "a.png", png(20, 10, 4));
+    config::DatasetConfig cfg = test::dataset_config(dir / "data");
+    cfg.control_path = {(dir / "first").string(), (dir / "second").string()};
+    const ScannedDataset d = scan_dataset(cfg);
+    ASSERT_EQ(d.images.at(0).controls.size(), 2u);
+    EXPECT_EQ(d.images[0].controls[0]->path, dir / "first" / "a.jpg");
+    EXPECT_EQ(d.images[0].controls[1]->path, dir / "second" / "a.png");
+    EXPECT_EQ(d.images[0].controls[1]->width, 20);
+    cfg.control_path.push_back((dir / "empty").string());
+    std::filesystem::create_directories(dir / "empty");
+    try {
+        scan_dataset(cfg);
+        FAIL() << "a control folder without the stem scanned";
+    } catch (const DatasetError& e) {
+        EXPECT_NE(std::string(e.what()).find((dir / "empty").string()), std::string::npos)
+            << e.what();
+    }
+    cfg.control_path.push_back((dir / "first").string());
+    try {
+        scan_dataset(cfg);
+        FAIL() << "four control folders scanned";
+    } catch (const DatasetError& e) {
+        EXPECT_NE(std::string(e.what()).find("lists 4 folders"), std::string::npos) << e.what();
+    }
 }
 
 TEST(ScanDataset, AMissingDoubledOrBrokenControlImageIsAnErrorNamingTheFiles) {
@@ -321,7 +353,7 @@ TEST(ScanDataset, InpaintPathPairsImagesWithAnAlphaChannel) {
     const ScannedDataset d = scan_dataset(cfg);
     ASSERT_TRUE(d.images.at(0).inpaint);
     EXPECT_EQ(d.images[0].inpaint->path, dir / "inpaint" / "a.png");
-    EXPECT_FALSE(d.images[0].control);
+    EXPECT_FALSE(d.images[0].control());
     const Image mask = read_alpha(dir / "inpaint" / "a.png");
     ASSERT_EQ(mask.width, 8);
     EXPECT_EQ(mask.at(0, 0)[0], 0);

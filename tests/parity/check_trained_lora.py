@@ -15,6 +15,7 @@ each diffusers module is its rows of the fused key's B @ A.
 Usage: check_trained_lora.py MODEL_DIR LORA_FILE   (exit 0 when every check passes)
 """
 
+import json
 import logging
 import os
 import sys
@@ -106,7 +107,11 @@ def main(model_dir, lora_file):
     capture = WarningCapture()
     logging.getLogger("diffusers").addHandler(capture)
     logging.getLogger("peft").addHandler(capture)
-    pipe = DiffusionPipeline.from_pretrained(model_dir)
+    # The Edit pipelines' processor needs a video processor, which transformers 5 builds with
+    # torchvision; loading a LoRA needs neither, so it is left out.
+    with open(os.path.join(model_dir, "model_index.json")) as f:
+        extra = {"processor": None} if "processor" in json.load(f) else {}
+    pipe = DiffusionPipeline.from_pretrained(model_dir, **extra)
     what = f"{type(pipe).__name__} {os.path.basename(lora_file)}"
     from safetensors.torch import load_file
     bfl = type(pipe).__name__ == "ChromaPipeline" and all(

@@ -29,7 +29,9 @@ enum class Arch {
     kChroma,
     kFlex2,
     kZImage,
-    kQwenImage
+    kQwenImage,
+    kQwenImageEdit,
+    kQwenImageEditPlus
 };
 
 // The family implementation an arch is trained through (model/family.h).
@@ -75,6 +77,12 @@ struct ArchInfo {
     // one (a prompt's --ctrl_img): Flux.1 Kontext edits the control into the target, Flex.2
     // takes it as its control channels.
     bool control_images = false;
+    // The control images are also read by the text encoder (Qwen-Image-Edit's Qwen2.5-VL sees
+    // them in the prompt): a caption's conditioning depends on its item's controls.
+    bool controls_in_prompt = false;
+    // How many control images a training image pairs with (datasets[].control_path's folders)
+    // and a preview takes (ctrl_img, ctrl_img_1 .. ctrl_img_3).
+    int max_control_images = 1;
 };
 
 // "Stable Diffusion", "Flux", "Wan", "Wan 2.2": for messages that speak of the family.

@@ -28,6 +28,9 @@ struct ModelKwargs {
     // (the kept area inpainted instead), as ai-toolkit draws them.
     double inpaint_dropout = 0;
     double invert_inpaint_mask_chance = 0;
+    // Qwen-Image-Edit-2509: the control images' latents at the target's area (each at its own
+    // aspect) instead of about a megapixel, as ai-toolkit's qwen_image_edit_plus.py allows.
+    bool match_target_res = false;
 
     template <class V>
     static void fields(V& v) {
@@ -37,16 +40,17 @@ struct ModelKwargs {
         v("inpaint_dropout", &ModelKwargs::inpaint_dropout, AtLeast{0}, AtMost{1});
         v("invert_inpaint_mask_chance", &ModelKwargs::invert_inpaint_mask_chance, AtLeast{0},
           AtMost{1});
+        v("match_target_res", &ModelKwargs::match_target_res);
         // The other families' model_kwargs ai-toolkit reads (Flex.2's inpainting, HiDream's
         // Llama, Qwen-Image-Edit's sizes, ...): each warned about where it is written. Flex.2's
         // random masks (inpaint_random_chance, do_random_inpainting: blobs in place of an
         // image's mask) and their random blur and dilation are among them.
         v.not_yet({"inpaint_random_chance", "do_random_inpainting", "random_blur_mask",
-                   "random_dialate_mask", "llama_model_path", "match_target_res", "vae_path",
-                   "text_encoder_path", "static_shift", "use_image_refiner",
-                   "train_text_conditioner", "max_sequence_length", "vlm_max_pixels",
-                   "vlm_max_side_length", "control_image_max_pixels", "checkpoint_filename",
-                   "vl_cond_long_edge", "edit", "cfg_renormalization"});
+                   "random_dialate_mask", "llama_model_path", "vae_path", "text_encoder_path",
+                   "static_shift", "use_image_refiner", "train_text_conditioner",
+                   "max_sequence_length", "vlm_max_pixels", "vlm_max_side_length",
+                   "control_image_max_pixels", "checkpoint_filename", "vl_cond_long_edge", "edit",
+                   "cfg_renormalization"});
     }
 };
 

@@ -27,6 +27,17 @@ struct SampleItem {
     std::optional<int> num_frames;
     std::optional<int> fps;
     std::optional<std::string> ctrl_img;  // the control image a Kontext preview edits
+    // Qwen-Image-Edit-2509's pictures 1 to 3 (ctrl_img stands for picture 1 when given).
+    std::optional<std::string> ctrl_img_1, ctrl_img_2, ctrl_img_3;
+
+    // The preview's control images in order: ctrl_img (or ctrl_img_1), ctrl_img_2, ctrl_img_3.
+    std::vector<std::string> control_images() const {
+        std::vector<std::string> out;
+        if (ctrl_img || ctrl_img_1) out.push_back(ctrl_img ? *ctrl_img : *ctrl_img_1);
+        for (const auto* more : {&ctrl_img_2, &ctrl_img_3})
+            if (*more) out.push_back(**more);
+        return out;
+    }
 
     template <class V>
     static void fields(V& v) {
@@ -41,7 +52,10 @@ struct SampleItem {
         v("num_frames", &SampleItem::num_frames, AtLeast{1});
         v("fps", &SampleItem::fps, AtLeast{1});
         v("ctrl_img", &SampleItem::ctrl_img);
-        v.not_yet({"ctrl_idx", "ctrl_img_1", "ctrl_img_2", "ctrl_img_3", "do_cfg_norm"});
+        v("ctrl_img_1", &SampleItem::ctrl_img_1);
+        v("ctrl_img_2", &SampleItem::ctrl_img_2);
+        v("ctrl_img_3", &SampleItem::ctrl_img_3);
+        v.not_yet({"ctrl_idx", "do_cfg_norm"});
     }
 };
 

@@ -17,12 +17,13 @@
 // truncated or unreadable clip is found here, and hashed like an image. Its images train as
 // one-frame clips, as in ai-toolkit.
 //
-// Paired control images (control_path, for Kontext): each image's pair is the file of the same
-// stem (any of the image extensions) directly in control_path, read, decoded and hashed like the
-// image. A missing pair, two candidates for one stem, an unreadable or corrupt control image, or
-// control_path on a video dataset throws DatasetError naming the files: a pair cannot be
-// dropped silently, as the target without its source teaches the wrong edit. Paired inpaint
-// images (inpaint_path, for Flex.2) pair the same way and must have an alpha channel.
+// Paired control images (control_path, for Kontext and Qwen-Image-Edit): each image's pair is
+// the file of the same stem (any of the image extensions) directly in control_path — in each of
+// its folders when it lists several (up to three, Edit-2509's pictures) — read, decoded and
+// hashed like the image. A missing pair, two candidates for one stem, an unreadable or corrupt
+// control image, or control_path on a video dataset throws DatasetError naming the files: a pair
+// cannot be dropped silently, as the target without its source teaches the wrong edit. Paired
+// inpaint images (inpaint_path, for Flex.2) pair the same way and must have an alpha channel.
 //
 // Every file that cannot be used is skipped with exactly one warning naming it (logger "data",
 // and ScanOptions::on_warning): an empty file, an unreadable one, a truncated or corrupt image
@@ -71,9 +72,13 @@ struct ImageRecord {
     ImageFormat format = ImageFormat::kUnknown;  // kUnknown for a clip
     std::string content_hash;        // SHA-256 of the file's bytes, 64 lowercase hex digits
     std::optional<VideoInfo> video;  // a clip: its decoded frame count and frame rate
-    // Its control image (datasets[].control_path: the file of the same stem there), read and
-    // hashed like the image; null without control_path.
-    std::shared_ptr<const ImageRecord> control;
+    // Its control images (datasets[].control_path: the file of the same stem in each of its
+    // folders, in their order — one for Kontext, up to three for Qwen-Image-Edit-2509), read and
+    // hashed like the image; empty without control_path.
+    std::vector<std::shared_ptr<const ImageRecord>> controls;
+    const ImageRecord* control() const {
+        return controls.empty() ? nullptr : controls.front().get();
+    }
     // Its inpaint image (datasets[].inpaint_path: the PNG or WebP of the same stem there, with an
     // alpha channel), read and hashed like the image; null without inpaint_path.
     std::shared_ptr<const ImageRecord> inpaint;

@@ -19,6 +19,9 @@ struct ImageRecord;
 
 // float32 [3, H, W], value = byte / 127.5 - 1, so 0 -> -1 and 255 -> 1.
 at::Tensor image_to_tensor(const Image& image);
+// The image's bytes as uint8 [H, W, 3]: what a pipeline that resizes an image itself takes
+// (Qwen-Image-Edit's control images).
+at::Tensor rgb8_tensor(const Image& image);
 // The inverse for [3, H, W] (or [1, 3, H, W]) tensors of any float dtype and device: clamped to
 // [-1, 1], (v + 1) * 127.5 rounded to nearest.
 Image tensor_to_image(const at::Tensor& tensor);

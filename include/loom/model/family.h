@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/config/arch.h"
@@ -49,6 +50,9 @@ struct StepConditioning {
     // The clean latents of the items' control images, [B, C, H, W] like the noisy ones, for a
     // family of an arch with control_images (Kontext); undefined otherwise.
     at::Tensor control;
+    // The control latents of an arch with several control images, each at its own size
+    // (Qwen-Image-Edit-2509): the i-th control of every item, [B, C, h_i, w_i]; empty otherwise.
+    std::vector<at::Tensor> controls;
     // Flex.2's inpaint input, [B, C + 1, H, W]: the clean latents where the item's inpaint image
     // keeps them (zero where it inpaints) and the mask (1 where it inpaints); undefined: none
     // (the "inpaint everything" input).
@@ -101,6 +105,22 @@ class ModelFamily {
     virtual at::ScalarType vae_dtype() = 0;
     // The prompts' conditioning as the family's pipeline computes it.
     virtual TextConditioning encode_prompts(const std::vector<std::string>& prompts) = 0;
+    // For an arch whose text encoder reads the control images (config::ArchInfo's
+    // controls_in_prompt: Qwen-Image-Edit): the prompts' conditioning with each prompt's
+    // control images (uint8 [H, W, 3] host tensors at their own sizes). Others throw.
+    virtual TextConditioning encode_prompts_with_controls(
+        const std::vector<std::string>& prompts,
+        const std::vector<std::vector<at::Tensor>>& controls);
+    // The pixel size (width, height) a `control_width` x `control_height` control image is
+    // encoded at for a `target_width` x `target_height` item: the target's (Kontext, Flex.2 and
+    // Qwen-Image-Edit fit it to the item's bucket), or a size of its own (Edit-2509).
+    virtual std::pair<int64_t, int64_t> control_size(int64_t control_width, int64_t control_height,
+                                                     int64_t target_width,
+                                                     int64_t target_height) const {
+        (void)control_width;
+        (void)control_height;
+        return {target_width, target_height};
+    }
     // What predict needs beside the text for a batch of `batch` latents of a `height` x `width`
     // image (pixels), on the host; undefined when the family needs nothing more.
     virtual at::Tensor extra_conditioning(int64_t height, int64_t width, int64_t batch) const = 0;
@@ -158,6 +178,8 @@ struct FamilyLoadOptions {
     // A guidance-distilled Flux transformer trains without its guidance embedding
     // (train.bypass_guidance_embedding); previews keep it. Others ignore it.
     bool bypass_guidance_embedding = false;
+    // Qwen-Image-Edit-2509's control latents at the target's area (model_kwargs.match_target_res).
+    bool match_target_res = false;
 };
 
 struct DiffusersFolder;

@@ -30,6 +30,10 @@ struct PreviewRequest {
     // The control image ([3, height, width] float32 in [-1, 1], at the request's size) a family
     // of an arch with control_images edits (a prompt's --ctrl_img); undefined: none.
     at::Tensor control;
+    // The control images an arch whose prompts read them edits (Qwen-Image-Edit: ctrl_img, or
+    // Edit-2509's ctrl_img_1 .. ctrl_img_3), uint8 [H, W, 3] on the host at their own sizes: the
+    // pipeline resizes them itself. Empty: none.
+    std::vector<at::Tensor> control_images;
 };
 
 struct PreviewOptions {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/config/job.h"
@@ -46,6 +47,12 @@ class TrainingData {
         int divisibility = 16;
         int temporal_compression = 1;
         std::string identity;
+        // The text encoder reads the items' control images (Qwen-Image-Edit): a caption's
+        // conditioning is the caption's and its item's controls'.
+        bool controls_in_prompt = false;
+        // The (width, height) a control image of (width, height) is encoded at for a target of
+        // (width, height) (ModelFamily::control_size); unset: the target's.
+        std::function<std::pair<int64_t, int64_t>(int64_t, int64_t, int64_t, int64_t)> control_size;
     };
     // Scans `process`'s datasets (throws like data::scan_dataset), gives each clip its frames
     // and buckets the items under `plan`, and sets up the caches the job asks for. `run_root`
@@ -82,10 +89,14 @@ class TrainingData {
         std::function<at::Tensor(const TrainingItem& item, const at::Tensor& image)>;
     // The latent of item `index` at `bucket`, from the cache or through `encode`.
     at::Tensor latent(std::size_t index, data::BucketSize bucket, const LatentEncode& encode);
-    // The latent of item `index`'s control image (datasets[].control_path) fitted to the item's
-    // bucket and flipped as the item is, from the cache or through `encode`; undefined for an
-    // item without one. The bucket rung shrinks it with its target.
-    at::Tensor control_latent(std::size_t index, data::BucketSize bucket,
+    // The sizes item `index`'s control images (datasets[].control_path, one per folder) are
+    // encoded at for `bucket`: the bucket's (so the bucket rung shrinks them with their target),
+    // or the model's own size for each (Edit-2509); empty for an item without controls.
+    std::vector<data::BucketSize> control_sizes(std::size_t index, data::BucketSize bucket) const;
+    // The latent of item `index`'s control image `which` fitted to `size` (scale and centre
+    // crop) and flipped as the item is, from the cache or through `encode`; undefined for an
+    // item without one.
+    at::Tensor control_latent(std::size_t index, std::size_t which, data::BucketSize size,
                               const LatentEncode& encode);
     // Whether the items pair with control images: all do, or none (the constructor refuses a
     // mix, which could not share a batch).
@@ -116,10 +127,15 @@ class TrainingData {
     // into the text cache (the cache phase), so that the encoders stay idle once training starts:
     // with low_vram they never come back to the device for a step. Only when captions are not
     // shuffled (encoders_can_idle) and the text cache keeps what it is given; a no-op otherwise.
-    void cache_all_text(const data::TextEmbeddingCache::Encode& encode);
-    // A caption's conditioning tensors, from the cache or through `encode`.
-    NamedTensors conditioning(const std::string& caption,
-                              const data::TextEmbeddingCache::Encode& encode);
+    // A caption's conditioning from the text encoder(s), given the control images (uint8
+    // [H, W, 3] as on disk) of its item when the model reads them in the prompt, else none.
+    using TextEncode = std::function<NamedTensors(const std::string& caption,
+                                                  const std::vector<at::Tensor>& controls)>;
+    void cache_all_text(const TextEncode& encode);
+    // Item `index`'s conditioning for `caption`, from the cache or through `encode`: keyed by
+    // the caption, and by its item's control images when the model reads them in the prompt.
+    NamedTensors conditioning(std::size_t index, const std::string& caption,
+                              const TextEncode& encode);
     // The caption slot `slot` of a step trains on (dropout, shuffling: seeded by the slot).
     std::string caption(const data::StepSlot& slot, const std::vector<data::Batch>& batches,
                         std::uint64_t seed) const;
@@ -129,6 +145,8 @@ class TrainingData {
     data::BucketPlan bucket_items(int max_frames, std::optional<std::int64_t> max_pixels);
     void build_caches(const guard::Plan& p);
     std::unique_ptr<data::TextEmbeddingCache> make_text_cache(const guard::Plan& p) const;
+    // The text cache's key of item `index`'s `caption` (conditioning says what it covers).
+    std::string text_key(std::size_t index, const std::string& caption) const;
 
     std::vector<data::ScannedDataset> datasets_;
     std::vector<data::CaptionOptions> caption_options_;
@@ -144,6 +162,8 @@ class TrainingData {
     bool cache_disk_latents_ = false;
     bool cache_text_ = false;
     bool has_controls_ = false;
+    bool controls_in_prompt_ = false;
+    std::function<std::pair<int64_t, int64_t>(int64_t, int64_t, int64_t, int64_t)> control_size_;
     double control_dropout_ = 0;
     bool has_inpaint_ = false;
     double inpaint_dropout_ = 0;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "loom/model/loading/tensor_file.h"
 #include "loom/train/training_data.h"
@@ -31,16 +32,20 @@ class TrainingEncoders {
     // noise is a function of the image's content and the seed alone, so cached and fresh
     // latents agree.
     at::Tensor latent(const TrainingItem& item, const at::Tensor& image) const;
-    // The caption's conditioning, unbatched, by name (TextConditioning::to_named).
-    NamedTensors text(const std::string& caption) const;
+    // The caption's conditioning, unbatched, by name (TextConditioning::to_named); with
+    // `controls` (uint8 [H, W, 3]) for a model that reads control images in its prompts.
+    NamedTensors text(const std::string& caption,
+                      const std::vector<at::Tensor>& controls = {}) const;
 
     TrainingData::LatentEncode latent_encoder() const {
         return [this](const TrainingItem& item, const at::Tensor& image) {
             return latent(item, image);
         };
     }
-    data::TextEmbeddingCache::Encode text_encoder() const {
-        return [this](const std::string& caption) { return text(caption); };
+    TrainingData::TextEncode text_encoder() const {
+        return [this](const std::string& caption, const std::vector<at::Tensor>& controls) {
+            return text(caption, controls);
+        };
     }
 
   private:

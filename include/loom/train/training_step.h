@@ -58,7 +58,7 @@ class TrainingStep {
         const DiffusionObjective& objective;
         guard::Guard& guard;
         TrainingData::LatentEncode encode_latent;
-        data::TextEmbeddingCache::Encode encode_text;
+        TrainingData::TextEncode encode_text;
         // perf.cuda_graphs: micro-batches run on static buffers through these (captured per
         // shape on CUDA, eagerly elsewhere); null: the plain path.
         StepGraphs* graphs = nullptr;

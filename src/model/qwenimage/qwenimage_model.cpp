@@ -7,6 +7,7 @@
 
 #include "loading/config_reader.h"
 #include "loom/core/error.h"
+#include "loom/device/host_memory.h"
 #include "loom/model/nn/pil_resize.h"
 
 namespace loom {
@@ -166,8 +167,13 @@ TextConditioning QwenImageModel::encode_edit_prompts(
         for (const at::Tensor& image : mine) {
             const auto [w, h] = qwen_edit_dimensions(
                 condition_area, static_cast<double>(image.size(1)) / image.size(0));
-            patches.push_back(
-                qwen2_vl_patches(image_processor, pil_resize(image, w, h, PilFilter::kLanczos)));
+            {
+                // The pipeline's resizes and its processor are host work (PIL, numpy); what the
+                // vision tower reads comes to the device in its forward.
+                HostAllocations host;
+                patches.push_back(qwen2_vl_patches(image_processor,
+                                                   pil_resize(image, w, h, PilFilter::kLanczos)));
+            }
             const VisionPatches& p = patches.back();
             g.push_back({p.grid_t, p.grid_h / merge, p.grid_w / merge});
         }

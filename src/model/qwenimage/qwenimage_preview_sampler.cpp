@@ -5,6 +5,7 @@
 #include <torch/autograd.h>
 
 #include "loom/core/error.h"
+#include "loom/device/host_memory.h"
 #include "loom/model/flux/flux_transformer.h"
 #include "loom/model/schedules/flow_match.h"
 
@@ -38,7 +39,11 @@ at::Tensor control_latents(QwenImageModel& model, const std::vector<at::Tensor>&
     const at::ScalarType vae_dtype = model.vae->parameters().front().scalar_type();
     const at::Device device = model.vae->parameters().front().device();
     for (const at::Tensor& image : controls) {
-        const at::Tensor pixels = qwen_edit_vae_pixels(image).unsqueeze(0).unsqueeze(2);
+        at::Tensor pixels;
+        {
+            HostAllocations host;  // the resize is the pipeline's host work (PIL)
+            pixels = qwen_edit_vae_pixels(image).unsqueeze(0).unsqueeze(2);
+        }
         const at::Tensor z = model.vae->encode(pixels.to(device, vae_dtype)).mean;
         const at::Tensor latents = model.vae->normalize_latents(z).select(2, 0).to(at::kFloat);
         grids.emplace_back(latents.size(2) / 2, latents.size(3) / 2);
@@ -161,8 +166,12 @@ std::vector<at::Tensor> generate_qwenimage_previews(QwenImageModel& model,
                                                     const PreviewOptions& options,
                                                     const at::Device& device,
                                                     std::size_t max_sequence_length) {
+    // An Edit request's controls are its own: one request a batch, as the Edit pipelines take.
+    const bool edit = model.variant != QwenImageVariant::kQwenImage;
+    PreviewOptions grouping = options;
+    if (edit) grouping.batch_prompts = false;
     return sample_in_groups(
-        requests, options, device,
+        requests, grouping, device,
         [&](const PreviewRequest& r) {
             return qwenimage_initial_noise(model, r.seed, r.width, r.height);
         },
@@ -170,7 +179,8 @@ std::vector<at::Tensor> generate_qwenimage_previews(QwenImageModel& model,
             const at::Tensor& noise, const PreviewRequest& first) {
             return qwenimage_sample(model, prompts, negatives, noise, first.steps,
                                     first.guidance_scale, max_sequence_length,
-                                    options.batch_guidance);
+                                    options.batch_guidance,
+                                    edit ? first.control_images : std::vector<at::Tensor>{});
         });
 }
 

@@ -9,7 +9,16 @@
 // goes on every Linear of the transformer blocks (ai-toolkit's "transformer_blocks") and is saved
 // as ai-toolkit saves it: diffusers' names under diffusion_model.
 //
-// ref: ai-toolkit extensions_built_in/diffusion_models/qwen_image/qwen_image.py
+// The Edit archs (qwen_image_edit, qwen_image_edit_plus) load an Edit pipeline's folder and train
+// on paired control images: each caption is encoded with its item's controls (Qwen2.5-VL reads
+// them as the pipeline does, so cached embeddings key on the controls too), and their latents
+// ride after the target's on the transformer's sequence, the prediction cut back to the target's
+// tokens. Edit fits its control to the item's bucket (ai-toolkit's condition_noisy_latents);
+// Edit-2509 encodes each control at about a megapixel at its own aspect (the pipeline's
+// VAE_IMAGE_SIZE; the target's area with model_kwargs.match_target_res).
+//
+// ref: ai-toolkit extensions_built_in/diffusion_models/qwen_image/{qwen_image.py,
+//      qwen_image_edit.py, qwen_image_edit_plus.py}
 
 #include <cstddef>
 #include <memory>
@@ -32,11 +41,12 @@ class QwenImageFamily final : public ModelFamily {
     // QwenImagePipeline.encode_prompt's max_sequence_length.
     static constexpr std::size_t kMaxSequenceLength = 1024;
 
-    explicit QwenImageFamily(QwenImageModel model) : model_(std::move(model)) {}
+    QwenImageFamily(QwenImageModel model, config::Arch arch, bool match_target_res = false)
+        : model_(std::move(model)), arch_(arch), match_target_res_(match_target_res) {}
 
     QwenImageModel& model() { return model_; }
 
-    config::Arch arch() const override { return config::Arch::kQwenImage; }
+    config::Arch arch() const override { return arch_; }
     const std::filesystem::path& root() const override { return model_.folder.root; }
     torch::nn::Module& denoiser() override { return *model_.transformer; }
     std::vector<torch::nn::Module*> encoders() override;
@@ -50,6 +60,12 @@ class QwenImageFamily final : public ModelFamily {
     at::Tensor training_latents(const at::Tensor& z) const override;
     at::ScalarType vae_dtype() override;
     TextConditioning encode_prompts(const std::vector<std::string>& prompts) override;
+    TextConditioning encode_prompts_with_controls(
+        const std::vector<std::string>& prompts,
+        const std::vector<std::vector<at::Tensor>>& controls) override;
+    std::pair<int64_t, int64_t> control_size(int64_t control_width, int64_t control_height,
+                                             int64_t target_width,
+                                             int64_t target_height) const override;
     at::Tensor extra_conditioning(int64_t height, int64_t width, int64_t batch) const override;
 
     ObjectiveKind objective_kind() const override { return ObjectiveKind::kFlowMatch; }
@@ -64,6 +80,8 @@ class QwenImageFamily final : public ModelFamily {
 
   private:
     QwenImageModel model_;
+    config::Arch arch_;
+    bool match_target_res_;
 };
 
 }  // namespace loom
