@@ -103,7 +103,7 @@ JOB_MODEL_KEYS="" JOB_QUANTIZE=false TIGHT_BATCH=12 JOB_DATASET_KEYS="$JOB_DATAS
 JOB_MODEL_KEYS="$EXAMPLE_MODEL_KEYS"
 tight_run "$LOOM" "$PY" tight "${EDIT_TIGHT:-2MiB}" "[64, 128]" load.low_vram sample.one_prompt_at_a_time \
   sample.sequential_guidance train.sometimes_largest_bucket
-tight_run "$LOOM" "$PY" tighter "${EDIT_TIGHTER:-1536KiB}" "[64]" load.low_vram sample.one_prompt_at_a_time \
+tight_run "$LOOM" "$PY" tighter "${EDIT_TIGHTER:-1536KiB}" "[64]" sample.one_prompt_at_a_time \
   sample.disable train.gradient_checkpointing train.batch_1_accumulate
 
 if "$LOOM" sample --model "$MODEL" --lora "$TMP/runs/whole/whole.safetensors" \

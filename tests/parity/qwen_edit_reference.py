@@ -26,7 +26,8 @@ import torch
 from PIL import Image
 
 from reference_cases import save_case
-from qwen_reference import perturb_, qwenimage_scheduler, qwenimage_vae
+from qwen_reference import (perturb_, pipeline_text_encoder_config, qwenimage_scheduler,
+                            qwenimage_vae)
 
 VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 MAX_PIXELS = 12544
@@ -68,19 +69,11 @@ def build_tokenizer(out):
 
 
 def text_encoder(tokenizer, g):
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
-    vocab = len(tokenizer)
     ids = tokenizer.convert_tokens_to_ids(VISION_SPECIALS)
-    config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=56,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         rms_norm_eps=1e-6, max_position_embeddings=1024,
-                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                          "mrope_section": [1, 1, 2]}),
-        vision_config=dict(depth=2, hidden_size=16, intermediate_size=24, num_heads=2,
-                           out_hidden_size=32, patch_size=14, spatial_merge_size=2,
-                           temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1]),
+    config = pipeline_text_encoder_config(
+        len(tokenizer), dict(depth=2, window_size=56, fullatt_block_indexes=[1]),
         vision_start_token_id=ids[0], vision_end_token_id=ids[1], image_token_id=ids[2],
         video_token_id=ids[3])
     model = Qwen2_5_VLForConditionalGeneration(config).eval()

@@ -150,6 +150,22 @@ def qwenimage_scheduler():
                                            use_dynamic_shifting=True)
 
 
+def pipeline_text_encoder_config(vocab, vision, **token_ids):
+    """The pipelines' tiny Qwen2.5-VL: a 2-layer language model with mrope and a vision tower of
+    `vision`'s depth and windows (16 wide, 2 heads, merged to the language model's 32)."""
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=56,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         rms_norm_eps=1e-6, max_position_embeddings=1024,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                          "mrope_section": [1, 1, 2]}),
+        vision_config=dict(hidden_size=16, intermediate_size=24, num_heads=2, out_hidden_size=32,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, **vision),
+        **token_ids)
+
+
 QWEN_PROMPTS = ["a photo of a cat", "It's a painting of the mountains at sunset, " * 3, ""]
 
 
@@ -161,23 +177,14 @@ def build_pipeline(out, cases):
     its first 34 tokens dropped, padded to the longest); cases/qwenimage_sigmas.*: the sampler's
     sigmas; cases/qwenimage_pipeline.*: seeded images with a negative prompt."""
     from diffusers import QwenImagePipeline, QwenImageTransformer2DModel
-    from transformers import (AutoTokenizer, Qwen2_5_VLConfig,
-                              Qwen2_5_VLForConditionalGeneration)
+    from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
 
     g = torch.Generator().manual_seed(43)
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(out, "qwen2_tokenizer"))
     vocab = len(tokenizer)
-    config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=56,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         rms_norm_eps=1e-6, max_position_embeddings=1024,
-                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                          "mrope_section": [1, 1, 2]}),
-        vision_config=dict(depth=1, hidden_size=16, intermediate_size=24, num_heads=2,
-                           out_hidden_size=32, patch_size=14, spatial_merge_size=2,
-                           temporal_patch_size=2, fullatt_block_indexes=[0]),
-        image_token_id=vocab - 1, video_token_id=vocab - 2, vision_start_token_id=vocab - 3,
-        vision_end_token_id=vocab - 4)
+    config = pipeline_text_encoder_config(
+        vocab, dict(depth=1, fullatt_block_indexes=[0]), image_token_id=vocab - 1,
+        video_token_id=vocab - 2, vision_start_token_id=vocab - 3, vision_end_token_id=vocab - 4)
     text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
     perturb_(text_encoder, g)
     transformer = QwenImageTransformer2DModel.from_pretrained(
