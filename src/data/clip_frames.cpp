@@ -5,18 +5,11 @@
 
 #include "loom/config/job.h"
 #include "loom/core/error.h"
+#include "loom/core/py_round.h"
 
 namespace loom::data {
 
-namespace {
-
-// Python's round() of a float: to the nearest integer, halves to even (the default rounding
-// mode of std::nearbyint).
-std::int64_t py_round(double v) {
-    return static_cast<std::int64_t>(std::nearbyint(v));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 ClipSampling ClipSampling::from(const config::DatasetConfig& dataset, int temporal_compression) {
     ClipSampling s;

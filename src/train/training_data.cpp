@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
+#include <map>
 
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
@@ -233,9 +233,9 @@ void TrainingData::cache_all_latents(const LatentEncode& encode) {
 void TrainingData::cache_all_text(const TextEncode& encode) {
     // Without a cache that keeps them (low_vram 0, no cache_text_embeddings) each step encodes.
     if (!text_cache_->keeps_entries()) return;
-    // Each (caption, item) the steps can draw: the caption alone, or with the item's controls.
-    std::set<std::pair<std::string, std::size_t>> texts;
-    std::set<std::string> seen;
+    // Each text the steps can draw, by its cache key: the caption alone, or with the item's
+    // controls; the caption and one item it comes with.
+    std::map<std::string, std::pair<std::string, std::size_t>> texts;
     for (std::size_t i = 0; i < items_.size(); ++i) {
         const TrainingItem& it = items_[i];
         data::CaptionOptions o = caption_options_.at(it.dataset);
@@ -245,11 +245,9 @@ void TrainingData::cache_all_text(const TextEncode& encode) {
         o.caption_dropout_rate = 0;
         data::Rng unused(0);  // without dropout and shuffling nothing is drawn
         captions.push_back(data::process_caption(it.image->caption, o, unused));
-        for (const std::string& c : captions) {
-            if (seen.insert(text_key(i, c)).second) texts.insert({c, i});
-        }
+        for (const std::string& c : captions) texts.try_emplace(text_key(i, c), c, i);
     }
-    for (const auto& [caption, index] : texts) conditioning(index, caption, encode);
+    for (const auto& [key, text] : texts) conditioning(text.second, text.first, encode);
     train_log().info("cached {} text embeddings", texts.size());
 }
 

@@ -261,15 +261,15 @@ TEST(ScanDataset, ControlPathPairsEachImageWithItsStem) {
     cfg.control_path = {(dir / "control").string()};
     const ScannedDataset d = scan_dataset(cfg);
     ASSERT_EQ(d.images.size(), 2u);
-    ASSERT_TRUE(d.images[0].control() && d.images[1].control());
-    EXPECT_EQ(d.images[0].control()->path, dir / "control" / "a.jpg");
-    EXPECT_EQ(d.images[0].control()->width, 12);
-    EXPECT_EQ(d.images[0].control()->height, 6);
-    EXPECT_EQ(d.images[1].control()->path, dir / "control" / "b.png");
-    EXPECT_FALSE(d.images[1].control()->content_hash.empty());
-    EXPECT_NE(d.images[0].control()->content_hash, d.images[1].control()->content_hash);
+    ASSERT_TRUE(d.images[0].controls.size() == 1 && d.images[1].controls.size() == 1);
+    EXPECT_EQ(d.images[0].controls[0]->path, dir / "control" / "a.jpg");
+    EXPECT_EQ(d.images[0].controls[0]->width, 12);
+    EXPECT_EQ(d.images[0].controls[0]->height, 6);
+    EXPECT_EQ(d.images[1].controls[0]->path, dir / "control" / "b.png");
+    EXPECT_FALSE(d.images[1].controls[0]->content_hash.empty());
+    EXPECT_NE(d.images[0].controls[0]->content_hash, d.images[1].controls[0]->content_hash);
     // Without control_path nothing pairs.
-    EXPECT_FALSE(scan_dataset(test::dataset_config(dir / "data")).images[0].control());
+    EXPECT_TRUE(scan_dataset(test::dataset_config(dir / "data")).images[0].controls.empty());
 }
 
 // Qwen-Image-Edit-2509's control_path lists up to three folders: each image pairs with its stem in
@@ -353,7 +353,7 @@ TEST(ScanDataset, InpaintPathPairsImagesWithAnAlphaChannel) {
     const ScannedDataset d = scan_dataset(cfg);
     ASSERT_TRUE(d.images.at(0).inpaint);
     EXPECT_EQ(d.images[0].inpaint->path, dir / "inpaint" / "a.png");
-    EXPECT_FALSE(d.images[0].control());
+    EXPECT_TRUE(d.images[0].controls.empty());
     const Image mask = read_alpha(dir / "inpaint" / "a.png");
     ASSERT_EQ(mask.width, 8);
     EXPECT_EQ(mask.at(0, 0)[0], 0);

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "loom/core/error.h"
+#include "loom/model/loading/weight_files.h"
 #include "loom/model/nn/pil_resize.h"
 #include "loom/model/qwenimage/qwenimage_model.h"
 #include "loom/model/qwenimage/qwenimage_preview_sampler.h"
@@ -18,6 +20,7 @@
 #include "loom/model/text/qwen2_5_vision.h"
 #include "loom/model/text/qwen2_vl_image_processor.h"
 #include "parity_cases.h"
+#include "temp_dir.h"
 
 namespace loom {
 namespace {
@@ -165,6 +168,45 @@ TEST(QwenEditParity, SeededImagesAsQwenImageEditPipeline) {
 
 TEST(QwenEditParity, SeededImagesAsQwenImageEditPlusPipelineWithTwoControls) {
     expect_pipeline("qwenimage_edit_plus", "qwenimage_edit_plus_pipeline");
+}
+
+// Bad inputs name what is wrong: a processor loom does not build, a text encoder without its
+// vision tower, a prompt with the wrong number of control images, an empty resize.
+TEST(QwenEditInputs, BadInputIsAnErrorNamingIt) {
+    const test::TempDir dir;
+    std::ofstream(dir.path() / "preprocessor_config.json") << R"({"resample": 2})";
+    try {
+        read_qwen2_vl_image_processor(dir.path());
+        FAIL() << "a bilinear processor loaded";
+    } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("resample"), std::string::npos) << e.what();
+    }
+    // The language model's weights alone: no vision tower to read control images with.
+    std::filesystem::copy_file(parity_dir() / "qwenimage_edit" / "text_encoder" / "config.json",
+                               dir.path() / "config.json");
+    torch::nn::Module text_only;
+    text_only.register_module("model", std::make_shared<torch::nn::Module>())
+        ->register_module("norm", std::make_shared<torch::nn::Module>())
+        ->register_parameter("weight", at::ones({32}));
+    save_weights(text_only, dir.path() / "model.safetensors");
+    try {
+        load_qwen2_5_vision(dir.path());
+        FAIL() << "a vision tower loaded from text-only weights";
+    } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("no vision tower"), std::string::npos) << e.what();
+    }
+    QwenImageLoadOptions options;
+    options.load_vae = false;
+    QwenImageModel edit = load_qwenimage(parity_dir() / "qwenimage_edit", options);
+    EXPECT_EQ(edit.variant, QwenImageVariant::kEdit);
+    const at::Tensor image = at::zeros({30, 40, 3}, at::kByte);
+    try {
+        edit.encode_edit_prompts({"two pictures"}, {{image, image}});
+        FAIL() << "Edit encoded two control images";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("one control image"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(pil_resize(image, 0, 10, PilFilter::kBicubic), Error);
 }
 
 }  // namespace

@@ -76,9 +76,6 @@ struct ImageRecord {
     // folders, in their order — one for Kontext, up to three for Qwen-Image-Edit-2509), read and
     // hashed like the image; empty without control_path.
     std::vector<std::shared_ptr<const ImageRecord>> controls;
-    const ImageRecord* control() const {
-        return controls.empty() ? nullptr : controls.front().get();
-    }
     // Its inpaint image (datasets[].inpaint_path: the PNG or WebP of the same stem there, with an
     // alpha channel), read and hashed like the image; null without inpaint_path.
     std::shared_ptr<const ImageRecord> inpaint;

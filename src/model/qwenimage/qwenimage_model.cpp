@@ -7,6 +7,7 @@
 
 #include "loading/config_reader.h"
 #include "loom/core/error.h"
+#include "loom/core/py_round.h"
 #include "loom/device/host_memory.h"
 #include "loom/model/nn/pil_resize.h"
 
@@ -94,9 +95,7 @@ at::Tensor mrope_positions(const std::vector<int64_t>& ids, int64_t image_token,
 std::pair<int64_t, int64_t> qwen_edit_dimensions(int64_t area, double aspect) {
     const double width = std::sqrt(static_cast<double>(area) * aspect);
     const double height = width / aspect;
-    // Python's round(): halves to even.
-    return {static_cast<int64_t>(std::nearbyint(width / 32)) * 32,
-            static_cast<int64_t>(std::nearbyint(height / 32)) * 32};
+    return {py_round(width / 32) * 32, py_round(height / 32) * 32};
 }
 
 std::string qwenimage_prompt(const std::string& prompt) {

@@ -6,16 +6,12 @@
 
 #include "loading/config_reader.h"
 #include "loom/core/error.h"
+#include "loom/core/py_round.h"
 #include "loom/model/nn/pil_resize.h"
 
 namespace loom {
 
 namespace {
-
-// Python's round(): halves to even.
-int64_t round_half_even(double x) {
-    return static_cast<int64_t>(std::nearbyint(x));
-}
 
 // PILImageResampling.BICUBIC.
 constexpr int64_t kPilBicubic = 3;
@@ -30,8 +26,8 @@ std::pair<int64_t, int64_t> qwen2_vl_smart_resize(int64_t height, int64_t width,
                     " has an aspect ratio above 200, which Qwen2-VL's processor refuses");
     }
     const double f = static_cast<double>(factor);
-    int64_t h_bar = round_half_even(h / f) * factor;
-    int64_t w_bar = round_half_even(w / f) * factor;
+    int64_t h_bar = py_round(h / f) * factor;
+    int64_t w_bar = py_round(w / f) * factor;
     if (h_bar * w_bar > max_pixels) {
         const double beta = std::sqrt(h * w / static_cast<double>(max_pixels));
         h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / f)) * factor);
