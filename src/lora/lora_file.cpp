@@ -33,6 +33,33 @@ std::string first_items(const std::vector<std::string>& items) {
     return out;
 }
 
+std::vector<std::string> keys_of(const NamedTensors& tensors) {
+    std::vector<std::string> keys;
+    keys.reserve(tensors.size());
+    for (const auto& [key, tensor] : tensors) keys.push_back(key);
+    return keys;
+}
+
+// A UNet file in diffusers' attention-processor layout (lora/lora_file_names.h) with its keys
+// renamed to the PEFT layout's "unet.<path>.lora_A.weight" / ".lora_B.weight", as diffusers'
+// loader converts it; any other file as it is.
+NamedTensors in_peft_names(NamedTensors tensors, const LoRAModel& model) {
+    if (!model.has_kohya_keys()) return tensors;
+    const std::string prefix = model.file_prefix + ".";
+    for (auto& [key, tensor] : tensors) {
+        if (!starts_with(key, prefix)) continue;
+        for (const auto& [suffix, peft] : {std::pair{".down.weight", ".lora_A.weight"},
+                                           std::pair{".up.weight", ".lora_B.weight"}}) {
+            if (!ends_with(key, suffix)) continue;
+            const std::string stem =
+                key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(suffix));
+            if (const auto path = unet_module_of_processor_stem(stem)) key = prefix + *path + peft;
+            break;
+        }
+    }
+    return tensors;
+}
+
 struct LoadedPair {
     at::Tensor down;
     at::Tensor up;
@@ -133,6 +160,14 @@ void save_lora_file(const LoRANetwork& network, const std::vector<const LoRATarg
                                  at::scalar_tensor(a.alpha(), at::kFloat).to(dtype));
             continue;
         }
+        if (model.has_kohya_keys()) {
+            // A UNet's PEFT file in the names both diffusers and ComfyUI read.
+            const std::string stem = prefix + "." + unet_processor_stem(t->path);
+            tensors.emplace_back(stem + ".down.weight", a.down.detach().to(dtype));
+            tensors.emplace_back(stem + ".up.weight", (a.up.detach() * a.scale()).to(dtype));
+            names.push_back(t->path);
+            continue;
+        }
         const LoRAFileSlot slot = lora_file_slot(model, t->path);
         if (slot.parts > 1) {
             auto& parts = fused[slot.stem];
@@ -227,7 +262,6 @@ std::vector<std::filesystem::path> save_lora(const LoRANetwork& network,
 
 LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::path& given,
                               const LoRAModel& target_model) {
-    const std::string peft_prefix = target_model.file_prefix + ".";
     const bool unet = target_model.has_kohya_keys();
     std::map<std::string, std::string> by_kohya;  // kohya stem -> module path
     for (const auto& item : model.named_modules("", false))
@@ -235,7 +269,9 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
     std::map<std::string, LoRAOptions> per_module;
     const auto files = lora_files_of(target_model, given);
     for (const auto& [path, expert] : files) {
-        const NamedTensors tensors = read_all_tensors(path);
+        const NamedTensors tensors = in_peft_names(read_all_tensors(path), target_model);
+        const LoRAModel naming = lora_model_reading(target_model, keys_of(tensors));
+        const std::string peft_prefix = naming.file_prefix + ".";
         for (const auto& [key, tensor] : tensors) {
             for (const char* suffix :
                  {".lora_down.weight", ".lora_A.weight", ".lora.down.weight"}) {
@@ -249,7 +285,7 @@ LoRANetwork load_lora_network(torch::nn::Module& model, const std::filesystem::p
                                           "'" + key + "' names no module of this model");
                     }
                     module_path = it->second;
-                } else if (const auto named = module_paths_of(target_model, stem, expert);
+                } else if (const auto named = module_paths_of(naming, stem, expert);
                            named.size() > 1) {
                     // A fused key: each part's rank from how its lora_B splits.
                     const auto up = std::find_if(tensors.begin(), tensors.end(), [&](auto& t) {
@@ -313,8 +349,8 @@ namespace {
 // One file into the adapters of `targets` (the network's, or one expert's).
 void load_lora_file(const LoRANetwork& network, const std::vector<const LoRATarget*>& targets,
                     const std::filesystem::path& path, LoRALoadReport& report) {
-    const NamedTensors tensors = read_all_tensors(path);
-    const LoRAModel& model = network.target_model();
+    const NamedTensors tensors = in_peft_names(read_all_tensors(path), network.target_model());
+    const LoRAModel model = lora_model_reading(network.target_model(), keys_of(tensors));
     const bool kohya =
         model.has_kohya_keys() && std::any_of(tensors.begin(), tensors.end(), [](const auto& t) {
             return starts_with(t.first, "lora_unet_");

@@ -1,6 +1,7 @@
 #include "loom/lora/lora_file_names.h"
 
 #include <array>
+#include <cstring>
 #include <tuple>
 #include <utility>
 
@@ -153,7 +154,41 @@ std::pair<std::string, std::string> split_extension(const std::filesystem::path&
     return {s, ""};
 }
 
+bool ends_with(const std::string& s, const std::string& x) {
+    return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// The attention projections diffusers' processor names cover, as they end a module path.
+constexpr std::array<std::pair<const char*, const char*>, 4> kProcessorProjections = {{
+    {".to_q", ".processor.to_q"},
+    {".to_k", ".processor.to_k"},
+    {".to_v", ".processor.to_v"},
+    {".to_out.0", ".processor.to_out"},
+}};
+
 }  // namespace
+
+std::string unet_processor_stem(const std::string& module_path) {
+    for (const auto& [path_end, stem_end] : kProcessorProjections) {
+        if (ends_with(module_path, path_end)) {
+            return module_path.substr(0, module_path.size() - std::strlen(path_end)) + stem_end +
+                   "_lora";
+        }
+    }
+    return module_path + ".lora";
+}
+
+std::optional<std::string> unet_module_of_processor_stem(const std::string& stem) {
+    for (const auto& [path_end, stem_end] : kProcessorProjections) {
+        const std::string end = std::string(stem_end) + "_lora";
+        if (ends_with(stem, end)) return stem.substr(0, stem.size() - end.size()) + path_end;
+    }
+    const std::string lora = ".lora";
+    if (ends_with(stem, lora) && stem.size() > lora.size()) {
+        return stem.substr(0, stem.size() - lora.size());
+    }
+    return std::nullopt;
+}
 
 std::string wan_original_name(const std::string& diffusers_path) {
     return renamed(diffusers_path, true);

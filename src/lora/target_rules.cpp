@@ -37,7 +37,31 @@ bool is_unet_target(const std::string& path, LayerKind kind, const TargetRules& 
 
 LoRAModel lora_model_of(config::Arch arch) {
     const config::ArchInfo& row = config::arch_info(arch);
-    return {family_entry(row.family).blocks(), row.lora_prefix, row.lora_module_names};
+    LoRAModel model{family_entry(row.family).blocks(), row.lora_prefix, row.lora_module_names, {}};
+    // Wan LoRAs come in two layouts: ai-toolkit's and ComfyUI's original names under
+    // "diffusion_model.", which loom writes, and diffusers' names under "transformer.".
+    if (row.lora_module_names == config::LoRAModuleNames::kWanOriginal) {
+        model.also_reads.push_back({"transformer", config::LoRAModuleNames::kDiffusers});
+    }
+    return model;
+}
+
+LoRAModel lora_model_reading(const LoRAModel& model, const std::vector<std::string>& keys) {
+    const auto any_under = [&](const std::string& prefix) {
+        return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) {
+            return k.size() > prefix.size() && k.compare(0, prefix.size(), prefix) == 0 &&
+                   k[prefix.size()] == '.';
+        });
+    };
+    if (any_under(model.file_prefix)) return model;
+    for (const LoRAFileNaming& naming : model.also_reads) {
+        if (!any_under(naming.prefix)) continue;
+        LoRAModel read = model;
+        read.file_prefix = naming.prefix;
+        read.module_names = naming.names;
+        return read;
+    }
+    return model;
 }
 
 LoRAModel with_trained_experts(LoRAModel model, const std::vector<bool>& trained) {

@@ -49,14 +49,15 @@ TEST(ArchTable, RowsCarryWhatTheLayersAboveAsk) {
     EXPECT_FALSE(arch_info(Arch::kSdxl).video);
     EXPECT_FALSE(arch_info(Arch::kSd2).trainable);
     EXPECT_STREQ(arch_info(Arch::kSd1).lora_prefix, "unet");
-    EXPECT_STREQ(arch_info(Arch::kWan21).lora_prefix, "transformer");
-    // Wan 2.2 14B: its own family, LoRA files in the original Wan names under diffusion_model.
+    // Wan 2.1 and 2.2 14B: LoRA files in the original Wan names under diffusion_model., as
+    // ai-toolkit writes them (convert_to_original) and ComfyUI maps them.
+    EXPECT_STREQ(arch_info(Arch::kWan21).lora_prefix, "diffusion_model");
     const ArchInfo& wan22 = arch_info(Arch::kWan22_14b);
     EXPECT_EQ(wan22.family, FamilyKind::kWan22);
     EXPECT_TRUE(wan22.video && wan22.flow_matching && wan22.trainable);
     EXPECT_STREQ(wan22.lora_prefix, "diffusion_model");
     EXPECT_EQ(wan22.lora_module_names, LoRAModuleNames::kWanOriginal);
-    EXPECT_EQ(arch_info(Arch::kWan21).lora_module_names, LoRAModuleNames::kDiffusers);
+    EXPECT_EQ(arch_info(Arch::kWan21).lora_module_names, LoRAModuleNames::kWanOriginal);
     // Kontext: Flux's family and LoRA layout, the one arch whose datasets pair control images.
     const ArchInfo& kontext = arch_info(Arch::kFluxKontext);
     EXPECT_EQ(kontext.family, FamilyKind::kFlux);

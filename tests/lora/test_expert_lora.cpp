@@ -2,6 +2,7 @@
 // Linears only, one file per expert in ai-toolkit's layout ("<name>_high_noise.safetensors" with
 // diffusion_model.blocks.N.self_attn.q keys, the expert's prefix dropped), read back whichever
 // of the pair is named. diffusers' loading of the pair is checked by tests/cli/test_train_wan22.sh.
+// Wan 2.1's single file is in the same layout, and its earlier diffusers-named one still reads.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -119,6 +120,56 @@ TEST(ExpertLoRA, SavedAsAPairInAiToolkitsLayoutAndReadBackFromEither) {
     // A network of both experts needs both files.
     fs::remove(files[1]);
     EXPECT_THROW(load_lora(net, files[0]), IoError);
+    fs::remove_all(dir);
+}
+
+// Wan 2.1 is saved as ai-toolkit saves it (convert_to_original): the original names under
+// "diffusion_model.", which ComfyUI maps; a file in diffusers' names under "transformer." — what
+// loom wrote before, and what diffusers writes — still loads, to the same weights.
+TEST(WanLoRA, Wan21InAiToolkitsLayoutAndDiffusersLayoutStillRead) {
+    WanTransformer3DModel wan = tiny_transformer();
+    LoRANetworkOptions o;
+    o.linear.rank = 2;
+    o.linear.alpha = 2;
+    o.rules.model = lora_model_of(config::Arch::kWan21);
+    LoRANetwork net = LoRANetwork::inject(*wan, o);
+    ASSERT_EQ(net.targets().size(), 20u);  // 2 blocks x (4 + 4 + 2) Linears
+    torch::NoGradGuard no_grad;
+    for (const LoRATarget& t : net.targets()) t.adapter->up.normal_();
+    const fs::path dir = fresh_dir("wan21");
+    save_lora(net, dir / "new.safetensors", LoRAFileLayout::kPeft, at::kFloat, {});
+    std::set<std::string> keys;
+    for (const auto& [key, tensor] : read_all_tensors(dir / "new.safetensors")) keys.insert(key);
+    EXPECT_EQ(keys.size(), 40u);
+    EXPECT_TRUE(keys.count("diffusion_model.blocks.0.self_attn.q.lora_A.weight"));
+    EXPECT_TRUE(keys.count("diffusion_model.blocks.1.cross_attn.o.lora_B.weight"));
+    EXPECT_TRUE(keys.count("diffusion_model.blocks.1.ffn.0.lora_A.weight"));
+    // The earlier layout: diffusers' names under transformer., alpha folded into lora_B.
+    NamedTensors old;
+    for (const LoRATarget& t : net.targets()) {
+        old.emplace_back("transformer." + t.path + ".lora_A.weight", t.adapter->down.clone());
+        old.emplace_back("transformer." + t.path + ".lora_B.weight",
+                         t.adapter->up * t.adapter->scale());
+    }
+    write_tensors(dir / "old.safetensors", old);
+    for (const char* name : {"new.safetensors", "old.safetensors"}) {
+        WanTransformer3DModel other = tiny_transformer();
+        LoRANetwork back =
+            load_lora_network(*other, dir / name, lora_model_of(config::Arch::kWan21));
+        ASSERT_EQ(back.targets().size(), 20u) << name;
+        WanTransformer3DModel target = tiny_transformer();
+        LoRANetwork into = LoRANetwork::inject(*target, o);
+        EXPECT_EQ(load_lora(into, dir / name).loaded, 20u) << name;
+        for (const LoRATarget& t : back.targets()) {
+            const LoRATarget* same = net.find(t.path);
+            ASSERT_NE(same, nullptr) << t.path;
+            EXPECT_TRUE(at::allclose(t.adapter->delta_weight(), same->adapter->delta_weight()))
+                << name << " " << t.path;
+            EXPECT_TRUE(at::allclose(into.find(t.path)->adapter->delta_weight(),
+                                     same->adapter->delta_weight()))
+                << name << " " << t.path;
+        }
+    }
     fs::remove_all(dir);
 }
 

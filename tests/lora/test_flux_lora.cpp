@@ -65,7 +65,18 @@ TEST(WanTargets, EveryBlockLinearAndNothingOutside) {
     TargetRules only_ffn = wan;
     only_ffn.only_if_contains = {"ffn"};
     EXPECT_FALSE(is_lora_target("blocks.0.attn1.to_q", LayerKind::kLinear, only_ffn));
-    EXPECT_EQ(lora_model_of(config::Arch::kWan21).file_prefix, "transformer");
+    // Saved as ai-toolkit saves Wan (original names under diffusion_model.); diffusers' layout
+    // under transformer. is still read.
+    const LoRAModel model = lora_model_of(config::Arch::kWan21);
+    EXPECT_EQ(model.file_prefix, "diffusion_model");
+    ASSERT_EQ(model.also_reads.size(), 1u);
+    EXPECT_EQ(model.also_reads[0].prefix, "transformer");
+    EXPECT_EQ(
+        lora_model_reading(model, {"transformer.blocks.0.attn1.to_q.lora_A.weight"}).module_names,
+        config::LoRAModuleNames::kDiffusers);
+    EXPECT_EQ(lora_model_reading(model, {"diffusion_model.blocks.0.self_attn.q.lora_A.weight"})
+                  .file_prefix,
+              "diffusion_model");
 }
 
 class FluxLoRATest : public ::testing::Test {

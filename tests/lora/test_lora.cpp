@@ -10,7 +10,9 @@
 #include "loom/io/safetensors.h"
 #include "loom/lora/lora_adapter.h"
 #include "loom/lora/lora_file.h"
+#include "loom/lora/lora_file_names.h"
 #include "loom/lora/lora_network.h"
+#include "loom/model/loading/tensor_file.h"
 #include "loom/model/nn/adaptable_layers.h"
 #include "loom/model/sd/unet_2d_condition.h"
 #include "tiny_models.h"
@@ -289,6 +291,47 @@ TEST_F(LoRANetworkTest, BothLayoutsRoundTrip) {
         EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-6);
         fresh.detach();
     }
+}
+
+// A UNet's "peft" file is in diffusers' attention-processor names, the only diffusers-named form
+// ComfyUI maps for a UNet's attention (comfy/lora.py); the lora_A / lora_B names of earlier loom
+// files and of diffusers' own still read, to the same weights.
+TEST_F(LoRANetworkTest, UNetPeftFileInProcessorNamesAndLoraANamesStillRead) {
+    LoRANetwork net = LoRANetwork::inject(*unet, options(4, 2.0));
+    randomize(net);
+    const at::Tensor adapted = run();
+    save_lora(net, file, LoRAFileLayout::kPeft, at::kFloat, {});
+    const SafetensorsFile f = SafetensorsFile::open(file);
+    const std::string attn = "unet.mid_block.attentions.0.transformer_blocks.0.attn1.";
+    EXPECT_NE(f.find(attn + "processor.to_q_lora.down.weight"), nullptr);
+    EXPECT_NE(f.find(attn + "processor.to_out_lora.up.weight"), nullptr);
+    EXPECT_NE(f.find("unet.down_blocks.0.resnets.0.time_emb_proj.lora.down.weight"), nullptr);
+    EXPECT_EQ(f.find(attn + "to_q.lora_A.weight"), nullptr);
+    EXPECT_EQ(unet_processor_stem("a.attn2.to_out.0"), "a.attn2.processor.to_out_lora");
+    EXPECT_EQ(unet_module_of_processor_stem("a.attn2.processor.to_k_lora"), "a.attn2.to_k");
+    EXPECT_EQ(unet_module_of_processor_stem("conv_in.lora"), "conv_in");
+    EXPECT_EQ(unet_module_of_processor_stem("conv_in"), std::nullopt);
+
+    NamedTensors lora_a;
+    for (const LoRATarget& t : net.targets()) {
+        lora_a.emplace_back("unet." + t.path + ".lora_A.weight", t.adapter->down.detach().clone());
+        lora_a.emplace_back("unet." + t.path + ".lora_B.weight",
+                            t.adapter->up.detach() * t.adapter->scale());
+    }
+    net.detach();
+    const fs::path older = fs::path(file).replace_extension(".lora_a.safetensors");
+    write_tensors(older, lora_a);
+    for (const fs::path& path : {file, older}) {
+        LoRANetwork fresh = LoRANetwork::inject(*unet, options(4, 2.0));
+        EXPECT_EQ(load_lora(fresh, path).loaded, fresh.targets().size()) << path;
+        EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-5) << path;
+        fresh.detach();
+        LoRANetwork shaped = load_lora_network(*unet, path);
+        EXPECT_EQ(shaped.targets().size(), fresh.targets().size()) << path;
+        EXPECT_LE((run() - adapted).abs().max().item<double>(), 1e-5) << path;
+        shaped.detach();
+    }
+    fs::remove(older);
 }
 
 TEST_F(LoRANetworkTest, KohyaFileHasAlphaAndMetadata) {

@@ -12,6 +12,9 @@ Flux LoRAs), then for every file:
   - checks the modules diffusers gave a LoRA are exactly the file's modules, and that each one's
     change scaling * B @ A equals the file's (alpha / rank) * up @ down (every key consumed, with
     the right scale);
+  - checks every key of the file is one ComfyUI's LoraLoaderModelOnly applies (comfy_key_map.py:
+    comfy/lora.py's key map; a UNet's "peft" file is in diffusers' attention-processor names for
+    that);
   - runs pipe.unet (pipe.transformer) on the case inputs and compares with loom's output (max abs error <= 1e-4),
     after checking the LoRA moves the output well beyond that tolerance.
 With LOOM, also `loom sample` with the Flux LoRA: its PNG equals FluxPipeline's image for the
@@ -30,6 +33,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+import comfy_key_map
 import diffusers
 import transformers
 from diffusers import FluxPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline
@@ -81,6 +85,11 @@ def file_deltas(path):
     LoRA file in either layout. Module names are kohya names or module paths, as in the file."""
     tensors = load_file(path)
     kohya = any(k.startswith("lora_unet_") for k in tensors)
+    if not kohya and not any(".lora_A." in k for k in tensors):
+        # A UNet's file in diffusers' attention-processor names (attn1.processor.to_q_lora.down):
+        # read as diffusers' loader reads it.
+        from diffusers.utils.state_dict_utils import convert_unet_state_dict_to_peft
+        tensors = convert_unet_state_dict_to_peft(tensors)
     parts = (".lora_down.weight", ".lora_up.weight", ".alpha") if kohya else \
         (".lora_A.weight", ".lora_B.weight")
     modules = {}
@@ -102,6 +111,26 @@ def file_deltas(path):
                 .removeprefix("diffusion_model.")] = \
             (up.flatten(1) @ down.flatten(1)) * scale
     return deltas, len(tensors), stray
+
+
+def wan_original_file_deltas(path):
+    """{diffusers module path: B @ A} of a Wan LoRA file in the original names under
+    "diffusion_model." (ai-toolkit's and ComfyUI's layout), converted by diffusers' own converter,
+    the number of keys, and whether the converter left keys over."""
+    from diffusers.loaders.lora_conversion_utils import (
+        _convert_non_diffusers_wan_lora_to_diffusers)
+
+    tensors = load_file(path)
+    assert all(k.startswith("diffusion_model.") for k in tensors), "keys without diffusion_model."
+    converted = _convert_non_diffusers_wan_lora_to_diffusers(dict(tensors))
+    deltas = {}
+    for key, a in converted.items():
+        if not key.endswith(".lora_A.weight"):
+            continue
+        stem = key[: -len(".lora_A.weight")].removeprefix("transformer.")
+        b = converted[key.replace(".lora_A.", ".lora_B.")]
+        deltas[stem] = b.double() @ a.double()
+    return deltas, len(tensors), 2 * len(deltas) != len(tensors)
 
 
 # SDXL's added-condition embedding is written by its sgm name (lora/target_rules.h kohya_name).
@@ -153,6 +182,7 @@ def check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs, l
     what = f"{os.path.basename(model_dir)} {weight_name}"
     pipe = pipeline_class.from_pretrained(model_dir)  # float32, as make_reference.py saved it
     base = run_unet(pipe, inputs)
+    comfy_stems = comfy_key_map.stems_for(pipe)  # of the model as ComfyUI has it, before the LoRA
 
     with safe_open(os.path.join(folder, weight_name), "pt") as f:
         metadata = f.metadata() or {}
@@ -192,6 +222,11 @@ def check_file(checks, pipeline_class, model_dir, folder, weight_name, inputs, l
     if stray:
         detail += f"; keys of no complete module: {first(stray)}"
     checks.report(not missing and not extra and not stray, f"{what} every module loaded", detail)
+    _, missed = comfy_key_map.loaded_keys(load_file(os.path.join(folder, weight_name)),
+                                          comfy_stems)
+    checks.report(not missed, f"{what} every key in ComfyUI's key map",
+                  f"not loaded: {len(missed)} of {num_keys} keys, {first(missed)}" if missed
+                  else f"{num_keys} keys")
 
     worst, worst_name = 0.0, ""
     for name in set(want) & set(got):

@@ -12,6 +12,11 @@ converted here to diffusers' names — each fused key's rows split among its par
 below written from BFL's checkpoint layout, not from loom's code — and the expected change of
 each diffusers module is its rows of the fused key's B @ A.
 
+A Wan LoRA is in the original Wan names under "diffusion_model." (ai-toolkit's layout, which
+ComfyUI reads); its expected changes are those of diffusers' own converter
+(_convert_non_diffusers_wan_lora_to_diffusers). For Flux, Kontext and Wan every key of the file
+must also be one ComfyUI's LoraLoaderModelOnly applies (comfy_key_map.py, comfy/lora.py's key map).
+
 Usage: check_trained_lora.py MODEL_DIR LORA_FILE   (exit 0 when every check passes)
 """
 
@@ -23,27 +28,9 @@ import warnings
 
 from diffusers import DiffusionPipeline
 
+import comfy_key_map
 from check_lora_interop import (BENIGN, DELTA_TOLERANCE, Checks, WarningCapture, denoiser,
-                                diffusers_deltas, file_deltas, first)
-
-
-# The diffusers module names ComfyUI's Flux LoRA loader maps to its own layers
-# (comfy/utils.py flux_to_diffusers, read by comfy/lora.py for "transformer.<module>" keys).
-COMFY_FLUX_DOUBLE = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
-                     "attn.add_v_proj", "attn.to_out.0", "attn.to_add_out", "norm1.linear",
-                     "norm1_context.linear", "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj",
-                     "ff_context.net.2"}
-COMFY_FLUX_SINGLE = {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp", "proj_out", "norm.linear"}
-
-
-def comfy_maps(module):
-    """Whether ComfyUI's Flux key map has `module` (a transformer module path)."""
-    parts = module.split(".", 2)
-    if len(parts) < 3 or not parts[1].isdigit():
-        return False
-    table = {"transformer_blocks": COMFY_FLUX_DOUBLE,
-             "single_transformer_blocks": COMFY_FLUX_SINGLE}.get(parts[0], set())
-    return parts[2] in table
+                                diffusers_deltas, file_deltas, first, wan_original_file_deltas)
 
 
 # BFL's fused Linears and the diffusers modules of their output rows, in order (after
@@ -113,6 +100,8 @@ def main(model_dir, lora_file):
         extra = {"processor": None} if "processor" in json.load(f) else {}
     pipe = DiffusionPipeline.from_pretrained(model_dir, **extra)
     what = f"{type(pipe).__name__} {os.path.basename(lora_file)}"
+    comfy_stems = (comfy_key_map.stems_for(pipe) if type(pipe).__name__ in
+                   ("FluxPipeline", "FluxKontextPipeline", "WanPipeline") else None)
     from safetensors.torch import load_file
     bfl = type(pipe).__name__ == "ChromaPipeline" and all(
         k.startswith("diffusion_model.") for k in load_file(lora_file))
@@ -137,7 +126,12 @@ def main(model_dir, lora_file):
     checks.report(not noise, f"{what} load_lora_weights without warnings",
                   "; ".join(m[:300] for m in noise))
     kohya = lora_file.endswith(".kohya.safetensors")
-    if not bfl:
+    wan_original = type(pipe).__name__ == "WanPipeline" and all(
+        k.startswith("diffusion_model.") for k in load_file(lora_file))
+    if wan_original:
+        want, num_keys, stray = wan_original_file_deltas(lora_file)
+        stray = ["(keys the converter left)"] if stray else []
+    elif not bfl:
         want, num_keys, stray = file_deltas(lora_file)
     adapters = list(getattr(denoiser(pipe), "peft_config", {}))
     if not checks.report(len(adapters) == 1, f"{what} one adapter", f"adapters {adapters}"):
@@ -150,10 +144,10 @@ def main(model_dir, lora_file):
                   + (f"; not loaded: {first(missing)}" if missing else "")
                   + (f"; not in the file: {first(extra)}" if extra else "")
                   + (f"; stray keys: {first(stray)}" if stray else ""))
-    if type(pipe).__name__ in ("FluxPipeline", "FluxKontextPipeline"):
-        unmapped = [m for m in want if not comfy_maps(m)]
-        checks.report(not unmapped, f"{what} every module in ComfyUI's Flux key map",
-                      f"not mapped: {first(unmapped)}" if unmapped else f"{len(want)} modules")
+    if comfy_stems is not None:
+        _, missed = comfy_key_map.loaded_keys(load_file(lora_file), comfy_stems)
+        checks.report(not missed, f"{what} every key in ComfyUI's key map",
+                      f"not loaded: {first(missed)}" if missed else f"{num_keys} keys")
     worst = max((((got[n] - want[n]).abs().max() / want[n].abs().max().clamp_min(1e-30)).item()
                  for n in set(want) & set(got)), default=0.0)
     checks.report(worst <= DELTA_TOLERANCE, f"{what} per-module weight change",

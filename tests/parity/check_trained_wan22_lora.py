@@ -15,27 +15,11 @@ import sys
 import warnings
 
 from diffusers import WanPipeline
-from diffusers.loaders.lora_conversion_utils import _convert_non_diffusers_wan_lora_to_diffusers
 from safetensors.torch import load_file
 
+import comfy_key_map
 from check_lora_interop import (BENIGN, DELTA_TOLERANCE, Checks, WarningCapture, diffusers_deltas,
-                                first)
-
-
-def file_deltas(path):
-    """{diffusers module path: B @ A} of an original-layout Wan LoRA file, converted by diffusers'
-    own converter, and the keys the converter left over."""
-    tensors = load_file(path)
-    assert all(k.startswith("diffusion_model.") for k in tensors), "keys without diffusion_model."
-    converted = _convert_non_diffusers_wan_lora_to_diffusers(dict(tensors))
-    deltas = {}
-    for key, a in converted.items():
-        if not key.endswith(".lora_A.weight"):
-            continue
-        stem = key[: -len(".lora_A.weight")].removeprefix("transformer.")
-        b = converted[key.replace(".lora_A.", ".lora_B.")]
-        deltas[stem] = b.double() @ a.double()
-    return deltas, len(tensors), 2 * len(deltas) != len(tensors)
+                                first, wan_original_file_deltas)
 
 
 def main(model_dir, high, low):
@@ -65,7 +49,7 @@ def main(model_dir, high, low):
         capture.messages.clear()
         checks.report(not noise, f"{what} load_lora_weights without warnings",
                       "; ".join(m[:300] for m in noise))
-        want, num_keys, stray = file_deltas(path)
+        want, num_keys, stray = wan_original_file_deltas(path)
         module = getattr(pipe, expert)
         got = diffusers_deltas(module, expert, False)
         missing, extra = set(want) - set(got), set(got) - set(want)
@@ -73,6 +57,10 @@ def main(model_dir, high, low):
                       f"{len(got)} modules loaded, {len(want)} in the file ({num_keys} keys)"
                       + (f"; not loaded: {first(missing)}" if missing else "")
                       + (f"; not in the file: {first(extra)}" if extra else ""))
+        stems = comfy_key_map.generic_stems(comfy_key_map.wan_comfy_names(module))
+        _, missed = comfy_key_map.loaded_keys(load_file(path), stems)
+        checks.report(not missed, f"{what} every key in ComfyUI's key map",
+                      f"not loaded: {first(missed)}" if missed else f"{num_keys} keys")
         other = getattr(pipe, "transformer_2" if expert == "transformer" else "transformer")
         checks.report(not diffusers_deltas(other, expert, False),
                       f"{what} loaded into its own expert only")

@@ -2,11 +2,16 @@
 
 // LoRA files (formats.md §6): the kohya layout that ai-toolkit writes for SD 1.x / SDXL UNets
 //   lora_unet_<module path with '_'>.lora_down.weight / .lora_up.weight / .alpha
-// and the PEFT layout diffusers writes (and ai-toolkit, for Flux)
-//   unet.<module path>.lora_A.weight / .lora_B.weight
-//   transformer.<module path>.lora_A.weight / .lora_B.weight  (Flux: PEFT only)
-// (alpha/rank folded into lora_B, so loaders that assume scale 1 — diffusers without adapter
-// metadata — apply the same change). Both load into ComfyUI and diffusers.
+// and the PEFT layout ai-toolkit writes for transformers
+//   transformer.<module path>.lora_A.weight / .lora_B.weight  (Flux, Kontext, Flex.2)
+//   diffusion_model.<name>.lora_A.weight / .lora_B.weight     (Wan, Chroma, Z-Image, Qwen-Image;
+//                                                              lora/lora_file_names.h)
+// A UNet's file in the "peft" layout is written in diffusers' attention-processor names
+//   unet.<…attnN>.processor.to_q_lora.down.weight / .up.weight, unet.<path>.lora.down.weight
+// because ComfyUI maps a UNet's diffusers-named attention keys only in that form; diffusers
+// converts it on load, and loom reads it and the lora_A/lora_B one. alpha/rank is folded into
+// the up weight, so loaders that assume scale 1 — diffusers without adapter metadata, ComfyUI
+// without an alpha key — apply the same change. Every layout loads into ComfyUI and diffusers.
 
 #include <ATen/core/ScalarType.h>
 

@@ -54,6 +54,17 @@ struct LoRAFileSlot {
 std::optional<LoRAFileSlot> flux_original_name(const std::string& diffusers_path);
 std::vector<std::string> flux_diffusers_names(const std::string& original_path);
 
+// A UNet module's key stem in diffusers' attention-processor layout, without the "unet." prefix:
+// the stem diffusers wrote before PEFT and the only diffusers-named one ComfyUI maps for a UNet's
+// attention (comfy/lora.py model_lora_keys_unet: ".to_" -> ".processor.to_", "to_out.0" ->
+// "to_out"), which diffusers' loader still converts (convert_unet_state_dict_to_peft):
+//   ….attnN.to_q / to_k / to_v / to_out.0 -> ….attnN.processor.to_q_lora / … / to_out_lora
+//   any other module path                 -> <path>.lora
+// with ".down.weight" / ".up.weight" after it.
+std::string unet_processor_stem(const std::string& module_path);
+// The module path of such a stem; nullopt when `stem` is not one.
+std::optional<std::string> unet_module_of_processor_stem(const std::string& stem);
+
 // The slot a file gives `module_path` (a path in the denoiser). loom::Error for a module the
 // file's names have no name for.
 LoRAFileSlot lora_file_slot(const LoRAModel& model, const std::string& module_path);

@@ -36,11 +36,21 @@ enum class LayerKind { kLinear, kConv1x1, kConv3x3 };
 // The denoiser a LoRA network is for: where its targets are (its family's blocks) and the
 // component name of its PEFT-layout keys (the arch row's lora_prefix: "unet.<path>.lora_A",
 // "transformer.<path>.lora_A").
+// How a file names a denoiser's modules: its key prefix and the module names after it.
+struct LoRAFileNaming {
+    std::string prefix;
+    config::LoRAModuleNames names = config::LoRAModuleNames::kDiffusers;
+};
+
 struct LoRAModel {
     DenoiserBlocks blocks;
     std::string file_prefix;
     // How the file names the modules (the arch row's; lora/lora_file_names.h).
     config::LoRAModuleNames module_names = config::LoRAModuleNames::kDiffusers;
+    // Other namings loom reads (never writes) for this model: a Wan LoRA in diffusers' names
+    // under "transformer." — diffusers' own layout, and what loom wrote for Wan 2.1 before it
+    // wrote ai-toolkit's (issue 63). A file is read in the naming its keys' prefix names.
+    std::vector<LoRAFileNaming> also_reads;
     // kohya keys (lora_unet_...) name a UNet's modules only.
     bool has_kohya_keys() const { return blocks.lora_targeting == LoRATargeting::kUNetModuleSets; }
 };
@@ -48,6 +58,11 @@ struct LoRAModel {
 // The LoRA model of an arch: its family's declared blocks (model/family_registry.h) and its
 // row's LoRA prefix and module names.
 LoRAModel lora_model_of(config::Arch arch);
+
+// `model` naming its modules as a file whose keys are `keys` does: its own naming, or the first
+// of `also_reads` whose prefix a key starts with. `model` itself when none matches (the file's
+// keys are then reported as unknown by the reader).
+LoRAModel lora_model_reading(const LoRAModel& model, const std::vector<std::string>& keys);
 
 // `model` with a LoRA for the experts `trained` says train only (by index into
 // model.blocks.experts; Wan 2.2's model_kwargs): the others' blocks get no LoRA and no file. A
