@@ -8,6 +8,7 @@
 #include "loom/config/arch.h"
 #include "loom/config/choices.h"
 #include "loom/core/error.h"
+#include "number_text.h"
 
 namespace loom::config::detail {
 
@@ -172,13 +173,38 @@ class Resolver {
                      family + " timesteps with 'sigmoid' instead");
             p.train.timestep_type = "sigmoid";
         }
+        const char* prefix = arch_info(*p.choices.arch).lora_prefix;
         if (p.save.format == std::string("kohya")) {
             fail(format, format + " 'kohya' is not available for " + family + ": loom saves " +
-                             family +
-                             " LoRAs in diffusers' layout (transformer.….lora_A/lora_B), which "
-                             "diffusers and ComfyUI load; remove the key or use 'peft'");
+                             family + " LoRAs in the PEFT layout (" + prefix +
+                             ".<module>.lora_A/lora_B) as ai-toolkit does, which diffusers and "
+                             "ComfyUI load; remove the key or use 'peft'");
         }
         p.save.format = "peft";
+        resolve_peft_alpha(p, path, family);
+    }
+
+    // ai-toolkit saves every transformer LoRA in the PEFT format and then trains it at
+    // alpha = rank ("no alpha for peft", toolkit/lora_special.py): a LoRA scale of 1 whatever
+    // linear_alpha says. loom trains what ai-toolkit trains, and says so when the job asked for
+    // another alpha. SD's kohya-format LoRAs keep the job's alpha.
+    void resolve_peft_alpha(ProcessConfig& p, const std::string& path, const char* family) {
+        NetworkConfig& n = p.network;
+        const double rank = static_cast<double>(n.linear);
+        const std::string linear_alpha = path + ".network.linear_alpha";
+        const std::string alpha = path + ".network.alpha";
+        const std::string given = was_given(linear_alpha) ? linear_alpha
+                                  : was_given(alpha)      ? alpha
+                                                          : std::string();
+        if (!given.empty() && n.linear_alpha.value_or(rank) != rank) {
+            warn(DiagnosticKind::kNote, given,
+                 given + " " + format_number(*n.linear_alpha) + " does not apply to " + family +
+                     ": ai-toolkit trains transformer LoRAs in the PEFT format at alpha = rank (" +
+                     format_number(rank) + "), a LoRA scale of 1, and so does loom");
+        }
+        if (n.linear_alpha.value_or(rank) != rank) p.choices.job_linear_alpha = n.linear_alpha;
+        n.linear_alpha = rank;
+        if (n.conv) n.conv_alpha = static_cast<double>(*n.conv);
     }
 
     // Frames. A video model's datasets may hold clips: their frame counts are 1 + 4k (what Wan's

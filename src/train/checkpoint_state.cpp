@@ -59,16 +59,17 @@ void save_checkpoint(const fs::path& dir, const CheckpointState& s) {
         tensors.emplace_back("rng_cpu_rank" + std::to_string(r + 1), s.rng_ranks[r]);
     }
     write_tensors(dir / "state.safetensors", tensors);
-    const nlohmann::json meta = {{"step", s.step},
-                                 {"optimizer", s.optimizer.kind},
-                                 {"optimizer_steps", s.optimizer.steps},
-                                 {"optimizer_lists", lists},
-                                 {"optimizer_scalars", s.optimizer.scalars},
-                                 {"lora", s.lora.size()},
-                                 {"ema", s.ema.size()},
-                                 {"data_cursor", nlohmann::json::parse(s.data_cursor)},
-                                 {"world_size", s.world_size},
-                                 {"global_batch", s.global_batch}};
+    nlohmann::json meta = {{"step", s.step},
+                           {"optimizer", s.optimizer.kind},
+                           {"optimizer_steps", s.optimizer.steps},
+                           {"optimizer_lists", lists},
+                           {"optimizer_scalars", s.optimizer.scalars},
+                           {"lora", s.lora.size()},
+                           {"ema", s.ema.size()},
+                           {"data_cursor", nlohmann::json::parse(s.data_cursor)},
+                           {"world_size", s.world_size},
+                           {"global_batch", s.global_batch}};
+    if (s.linear_alpha) meta["linear_alpha"] = *s.linear_alpha;
     write_file_atomic(dir / "trainer.json", meta.dump(2) + "\n");
     if (!s.plan_yaml.empty()) write_file_atomic(dir / "plan.yaml", s.plan_yaml);
     write_file_atomic(dir / RunFolder::kCompleteMarker, "ok\n");  // last: the save is whole
@@ -109,6 +110,7 @@ CheckpointState load_checkpoint(const fs::path& dir) {
         s.rng_cpu = rng->second;
         s.world_size = meta.value("world_size", 1);
         s.global_batch = meta.value("global_batch", 0);
+        if (meta.contains("linear_alpha")) s.linear_alpha = meta.at("linear_alpha").get<double>();
         for (int r = 1; r < s.world_size; ++r) {
             auto other = all.find("rng_cpu_rank" + std::to_string(r));
             if (other == all.end()) {

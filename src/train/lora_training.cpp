@@ -41,6 +41,13 @@ LoRATraining::LoRATraining(const config::ProcessConfig& process, torch::nn::Modu
     LoRANetworkOptions o;
     o.linear.rank = n.linear;
     o.linear.alpha = n.linear_alpha.value_or(n.alpha);
+    // kohya's rule: alpha 0 is the rank.
+    const auto effective = [&](double alpha) { return alpha == 0.0 ? double(n.linear) : alpha; };
+    linear_alpha_ = effective(o.linear.alpha);
+    linear_rank_ = n.linear;
+    if (process.choices.job_linear_alpha) {
+        job_linear_alpha_ = effective(*process.choices.job_linear_alpha);
+    }
     o.linear.dropout = n.dropout.value_or(0.0);
     if (n.conv) o.conv = LoRAOptions{*n.conv, n.conv_alpha.value_or(*n.conv), o.linear.dropout};
     o.rules.model = model;
@@ -107,6 +114,7 @@ std::vector<std::filesystem::path> LoRATraining::save_file(const std::filesystem
 CheckpointState LoRATraining::checkpoint(std::int64_t step) const {
     CheckpointState s;
     s.step = step;
+    s.linear_alpha = linear_alpha_;
     for (const auto& p : network_->parameters()) s.lora.push_back(p.detach().cpu());
     s.optimizer = optimizer_->state();
     if (ema_) {
@@ -124,6 +132,21 @@ void LoRATraining::restore(const CheckpointState& s, const std::filesystem::path
                               std::to_string(params.size()) +
                               "; the network settings changed since it was saved (use --fresh to "
                               "start over)");
+    }
+    // A checkpoint without its alpha was saved by a loom that trained every LoRA at the job's
+    // linear_alpha; a transformer family's now trains at the rank (config::Choices).
+    const double trained_at = s.linear_alpha.value_or(job_linear_alpha_.value_or(linear_alpha_));
+    if (trained_at != linear_alpha_) {
+        for (const LoRATarget& t : network_->targets()) {
+            if (!t.adapter->is_conv()) t.adapter->set_alpha(trained_at);
+        }
+        logger("train").warn(
+            "the checkpoint in {} was trained at linear_alpha {:g} (a LoRA scale of {:g}), where "
+            "the job now trains at {:g}; the run resumes at {:g} so that its training goes on "
+            "unchanged (--fresh starts over at {:g})",
+            source.string(), trained_at, trained_at / linear_rank_, linear_alpha_, trained_at,
+            linear_alpha_);
+        linear_alpha_ = trained_at;
     }
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(s.lora[i]);

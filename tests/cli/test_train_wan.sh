@@ -12,7 +12,7 @@ source "$(dirname "$0")/lib.sh"
 make_fixture "$FIXTURE"
 MODEL="$PARITY/wan/pipeline"
 
-job() {  # job NAME VRAM CHECKPOINTING
+job() {  # job NAME VRAM CHECKPOINTING [STEPS [LINEAR_ALPHA]]
   cat <<YAML
 job: extension
 config:
@@ -23,13 +23,13 @@ config:
       device: sim
       training_seed: 7
       trigger_word: sks
-      network: {type: lora, linear: 4, linear_alpha: 4}
+      network: {type: lora, linear: 4, linear_alpha: ${5:-4}}
       save: {save_every: 2, dtype: float32, max_step_saves_to_keep: 3}
       datasets:
         - folder_path: $TMP/fixture/data
           resolution: [64]
           caption_dropout_rate: 0.05
-      train: {steps: 8, lr: 1e-3, batch_size: 2, gradient_checkpointing: $3,
+      train: {steps: ${4:-8}, lr: 1e-3, batch_size: 2, gradient_checkpointing: $3,
               noise_scheduler: flowmatch, timestep_type: sigmoid, optimizer: adamw}
       model: {name_or_path: $MODEL, arch: wan21}
       sample: {sampler: flowmatch, width: 64, height: 64, sample_steps: 2, sample_every: 4,
@@ -98,6 +98,53 @@ if "$LOOM" sample --model "$MODEL" --lora "$TMP/runs/whole/whole.safetensors" \
     --prompt "sks dog" --neg "blurry" --width 64 --height 64 --steps 2 --out "$TMP/out" \
     >"$TMP/sample.log" 2>&1 && ls "$TMP/out"/*.png >/dev/null 2>&1
 then ok "loom sample with the trained Wan LoRA"; else bad "loom sample with the trained Wan LoRA"; cat "$TMP/sample.log"; fi
+
+# The layout loom wrote for Wan 2.1 before issue 63 (diffusers' names under transformer.), made
+# from the trained file by diffusers' own converter: loom sample reads it to the same image.
+"$PY" - "$TMP/runs/whole/whole.safetensors" "$TMP/old.safetensors" <<'PY'
+import sys
+from diffusers.loaders.lora_conversion_utils import _convert_non_diffusers_wan_lora_to_diffusers
+from safetensors.torch import load_file, save_file
+converted = _convert_non_diffusers_wan_lora_to_diffusers(load_file(sys.argv[1]))
+assert converted and all(k.startswith("transformer.blocks.") for k in converted), list(converted)[:3]
+save_file({k: v.contiguous() for k, v in converted.items()}, sys.argv[2])
+PY
+if "$LOOM" sample --model "$MODEL" --lora "$TMP/old.safetensors" --prompt "sks dog" \
+    --neg "blurry" --width 64 --height 64 --steps 2 --out "$TMP/out_old" >"$TMP/old.log" 2>&1 &&
+   cmp -s "$(ls "$TMP/out"/*.png | head -n1)" "$(ls "$TMP/out_old"/*.png | head -n1)"
+then ok "a Wan 2.1 LoRA in the earlier transformer. layout samples to the same image"
+else bad "a Wan 2.1 LoRA in the earlier transformer. layout samples to the same image"; cat "$TMP/old.log"; fi
+
+# ai-toolkit trains a transformer's LoRA at alpha = rank whatever linear_alpha says: the same job
+# at linear_alpha 1 and 4 (rank 4) trains the same LoRA, and the job is told once.
+job alpha1 1GiB true 2 1 >"$TMP/alpha1.yaml"
+job alpha4 1GiB true 2 4 >"$TMP/alpha4.yaml"
+"$LOOM" config check "$TMP/alpha1.yaml" >/dev/null 2>"$TMP/alpha1.check"
+if grep -q "network.linear_alpha 1 does not apply to Wan: ai-toolkit trains transformer LoRAs in the PEFT format at alpha = rank (4)" "$TMP/alpha1.check" &&
+   [ "$(grep -c "linear_alpha" "$TMP/alpha1.check")" -eq 1 ]
+then ok "config check says once that linear_alpha is overridden"
+else bad "config check says once that linear_alpha is overridden"; cat "$TMP/alpha1.check"; fi
+sed -i 's/name: alpha1/name: alpha4b/' "$TMP/alpha1.yaml"
+if "$LOOM" train "$TMP/alpha1.yaml" >"$TMP/alpha1.log" 2>&1 &&
+   "$LOOM" train "$TMP/alpha4.yaml" >"$TMP/alpha4.log" 2>&1 &&
+   "$PY" "$LORA_DIFFERENCE" "$TMP/runs/alpha4b/alpha4b.safetensors" \
+     "$TMP/runs/alpha4/alpha4.safetensors" --max 0
+then ok "linear_alpha 1 and 4 train identical LoRAs (alpha = rank, as ai-toolkit)"
+else bad "linear_alpha 1 and 4 train identical LoRAs (alpha = rank, as ai-toolkit)"; tail -3 "$TMP/alpha1.log"; fi
+# A checkpoint saved before loom recorded its alpha was trained at the job's linear_alpha: the
+# run goes on at that scale, and says so.
+"$PY" - "$TMP"/runs/alpha4b/state/*/trainer.json <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    meta = json.load(open(path))
+    meta.pop("linear_alpha")
+    json.dump(meta, open(path, "w"))
+PY
+if "$LOOM" train "$TMP/alpha1.yaml" --set config.process.0.train.steps=4 >"$TMP/alpha_old.log" 2>&1 &&
+   grep -q "resuming" "$TMP/alpha_old.log" &&
+   grep -q "was trained at linear_alpha 1 (a LoRA scale of 0.25), where the job now trains at 4; the run resumes at 1" "$TMP/alpha_old.log"
+then ok "a checkpoint from before alpha = rank resumes at its own alpha, said"
+else bad "a checkpoint from before alpha = rank resumes at its own alpha, said"; tail -5 "$TMP/alpha_old.log"; fi
 "$LOOM" sample --model "$MODEL" --prompt "a dog" --sampler euler --out "$TMP/o2" \
   >"$TMP/sampler.log" 2>&1
 code=$?

@@ -98,6 +98,75 @@ TEST(ExampleConfigs, ZImageJobAsTheUiWritesItIsATrainableJob) {
     }
 }
 
+// Issue 63: the job ai-toolkit's UI writes warns about nothing it leaves at its defaults — the
+// LoKr keys of a plain LoRA, the mask keys without a mask, the preservation keys with the
+// feature off, a dataset's network_weight 1, the UI's database and logger — and each of those
+// keys is warned once it would change training.
+TEST(ExampleConfigs, UiDefaultsAreNotWarnedAndWhatWouldChangeTrainingIs) {
+    const LoadedJob ui = load_job_file("configs/zimage_lora.yaml");
+    for (const Diagnostic& d : ui.warnings) ADD_FAILURE() << d.to_string();
+    const auto warned = [](std::vector<std::string> overrides) {
+        LoadOptions o;
+        o.overrides = std::move(overrides);
+        std::vector<std::string> keys;
+        for (const Diagnostic& d : load_job_file("configs/zimage_lora.yaml", o).warnings) {
+            if (d.kind == DiagnosticKind::kNotSupportedYet) keys.push_back(d.key_path);
+        }
+        std::sort(keys.begin(), keys.end());
+        return keys;
+    };
+    const std::string p = "config.process.0.";
+    EXPECT_EQ(warned({p + "network.type=lokr"}),
+              (std::vector<std::string>{p + "network.lokr_factor", p + "network.lokr_full_rank",
+                                        p + "network.type"}));
+    EXPECT_EQ(
+        warned({p + "datasets.0.mask_path=/masks"}),
+        (std::vector<std::string>{p + "datasets.0.mask_min_value", p + "datasets.0.mask_path"}));
+    EXPECT_EQ(warned({p + "train.diff_output_preservation=true"}),
+              (std::vector<std::string>{p + "train.diff_output_preservation",
+                                        p + "train.diff_output_preservation_class",
+                                        p + "train.diff_output_preservation_multiplier"}));
+    EXPECT_EQ(warned({p + "datasets.0.network_weight=0.5"}),
+              (std::vector<std::string>{p + "datasets.0.network_weight"}));
+    EXPECT_EQ(warned({p + "datasets.0.network_weight=1.0"}), std::vector<std::string>{});
+}
+
+// ai-toolkit trains a transformer's LoRA at alpha = rank (PEFT format, "no alpha for peft"):
+// linear_alpha is replaced, and said once; SD keeps kohya's alpha.
+TEST(ExampleConfigs, TransformerLoRAsTrainAtAlphaEqualToRank) {
+    LoadOptions o;
+    const std::string p = "config.process.0.";
+    o.overrides = {p + "network.linear_alpha=8", p + "network.linear=16"};
+    const LoadedJob zimage = load_job_file("configs/zimage_lora.yaml", o);
+    const NetworkConfig& n = zimage.job.config.process.at(0).network;
+    EXPECT_EQ(*n.linear_alpha, 16.0);
+    EXPECT_EQ(zimage.job.config.process.at(0).choices.job_linear_alpha, 8.0);
+    std::vector<std::string> said;
+    for (const Diagnostic& d : zimage.warnings) said.push_back(d.message);
+    ASSERT_EQ(said.size(), 1u);
+    EXPECT_EQ(said[0], p + "network.linear_alpha 8 does not apply to Z-Image: ai-toolkit trains "
+                           "transformer LoRAs in the PEFT format at alpha = rank (16), a LoRA "
+                           "scale of 1, and so does loom");
+    o.overrides = {p + "network.linear_alpha=16", p + "network.linear=16"};
+    EXPECT_TRUE(load_job_file("configs/zimage_lora.yaml", o).warnings.empty());
+    // Without linear_alpha ai-toolkit's default alpha (1) would be a scale of 1/16: it is 1 too.
+    const LoadedJob bare = load_job_text(
+        "job: extension\nconfig:\n  name: t\n  process:\n    - type: sd_trainer\n"
+        "      training_folder: out\n      network: {linear: 16}\n"
+        "      datasets: [{folder_path: data}]\n"
+        "      model: {name_or_path: m, arch: qwen_image}\n",
+        "job.yaml");
+    EXPECT_EQ(*bare.job.config.process.at(0).network.linear_alpha, 16.0);
+    for (const Diagnostic& d : bare.warnings) {
+        EXPECT_EQ(d.message.find("alpha"), std::string::npos) << d.to_string();
+    }
+    o.overrides = {p + "network.linear_alpha=8"};
+    const LoadedJob sd = load_job_file("configs/sd15_lora.yaml", o);
+    EXPECT_EQ(*sd.job.config.process.at(0).network.linear_alpha, 8.0);
+    EXPECT_FALSE(sd.job.config.process.at(0).choices.job_linear_alpha);
+    EXPECT_TRUE(sd.warnings.empty());
+}
+
 const std::filesystem::path kAiToolkitExamples = "tests/config/data/ai-toolkit";
 
 std::vector<std::string> keys_of(const std::vector<Diagnostic>& warnings, DiagnosticKind kind) {

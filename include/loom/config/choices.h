@@ -57,6 +57,10 @@ struct Choices {
     // Whether the job has a network section: without one ai-toolkit fine-tunes the whole model,
     // which loom does not do (it trains a LoRA with the section's defaults and says so).
     bool network_given = true;
+    // The linear alpha the job's keys say (linear_alpha, else alpha) when its family trains at
+    // another: ai-toolkit's transformer LoRAs train at alpha = rank. A checkpoint saved before
+    // loom followed that rule trained at this one and resumes at it (LoRATraining::restore).
+    std::optional<double> job_linear_alpha;
 };
 
 // The resolutions, exposed for tests and for callers that hold a single word. Each accepts every

@@ -44,6 +44,8 @@ class LoRAAdapter final : public LayerAdapter {
     int64_t rank() const { return down.size(0); }
     double alpha() const { return alpha_; }
     double scale() const { return alpha_ / static_cast<double>(rank()); }
+    // A checkpoint trained at another alpha resumes at it (LoRATraining::restore).
+    void set_alpha(double alpha) { alpha_ = alpha; }
     bool is_conv() const { return down.dim() == 4; }
 
     double multiplier = 1.0;

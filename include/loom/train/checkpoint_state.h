@@ -34,6 +34,8 @@ struct CheckpointState {
     int global_batch = 0;
     std::string data_cursor;  // data::cursor_to_json
     std::string plan_yaml;    // the guard's plan when saved (plan.yaml); may be empty
+    // The alpha the Linear LoRAs trained at; absent in checkpoints from before it was recorded.
+    std::optional<double> linear_alpha;
 };
 
 void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& state);

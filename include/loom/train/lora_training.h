@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "loom/config/job.h"
@@ -57,7 +58,9 @@ class LoRATraining {
 
     // The LoRA, optimizer and EMA parts of a checkpoint at `step` (host copies).
     CheckpointState checkpoint(std::int64_t step) const;
-    // Restores them; FormatError naming `source` when the checkpoint's network differs.
+    // Restores them; FormatError naming `source` when the checkpoint's network differs. A
+    // checkpoint trained at another linear alpha (one saved before loom trained transformer
+    // LoRAs at alpha = rank) goes on at its own, said once.
     void restore(const CheckpointState& state, const std::filesystem::path& source);
 
     // For its lifetime the EMA weights stand in for the live ones (saving and previews use
@@ -79,6 +82,9 @@ class LoRATraining {
     std::unique_ptr<Optimizer> optimizer_;
     std::unique_ptr<Ema> ema_;
     LrSchedule schedule_;
+    double linear_alpha_ = 1.0;  // the Linear LoRAs' alpha as they train now
+    int linear_rank_ = 1;
+    std::optional<double> job_linear_alpha_;  // config::Choices::job_linear_alpha, effective
 };
 
 }  // namespace loom
