@@ -2,13 +2,16 @@
 // BPE of tests/parity/zimage_reference.py, trained with Qwen2's pre-tokenizer, gives transformers'
 // ids on every string of its set (contractions in capitals, digit runs, whitespace and line
 // breaks, NFC, CJK, emoji, special tokens typed in the text) and the same padded ids and mask as
-// the pipelines ask for. Also: a folder without tokenizer.json and a bad padding_side are errors
-// naming the file and key.
+// the pipelines ask for; saved without tokenizer.json (vocab.json and merges.txt, as Qwen-Image's
+// own tokenizer/ folder is, its added tokens in tokenizer_config.json or added_tokens.json) it
+// gives transformers' ids too. Also: a folder with neither layout and a bad padding_side are
+// errors naming the file and key.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/model/tokenizers/qwen2_tokenizer.h"
@@ -37,6 +40,25 @@ TEST(Qwen2TokenizerParity, IdsAsTransformers) {
         const std::string text = texts[i].get<std::string>();
         EXPECT_EQ(tokenizer.tokenize(text), expected["ids"][i].get<std::vector<int64_t>>())
             << "text " << i << ": " << text;
+    }
+}
+
+TEST(Qwen2TokenizerParity, VocabAndMergesFilesAsTransformers) {
+    const nlohmann::json expected = read_expected();
+    const auto& texts = expected["texts"];
+    const std::pair<const char*, const char*> layouts[] = {
+        {"qwen2_tokenizer_files", "files_ids"}, {"qwen2_tokenizer_added_json", "added_json_ids"}};
+    for (std::size_t l = 0; l < 2; ++l) {
+        const auto& [folder, key] = layouts[l];
+        ASSERT_FALSE(fs::exists(parity_dir() / folder / "tokenizer.json")) << folder;
+        const Qwen2Tokenizer tokenizer = Qwen2Tokenizer::from_folder(parity_dir() / folder);
+        EXPECT_EQ(tokenizer.size(), expected["files_vocab_sizes"][l].get<std::size_t>()) << folder;
+        EXPECT_EQ(tokenizer.pad_id(), expected["files_pad_ids"][l].get<int64_t>()) << folder;
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+            const std::string text = texts[i].get<std::string>();
+            EXPECT_EQ(tokenizer.tokenize(text), expected[key][i].get<std::vector<int64_t>>())
+                << folder << ", text " << i << ": " << text;
+        }
     }
 }
 
@@ -76,7 +98,9 @@ TEST(Qwen2Tokenizer, ErrorsNameTheFileAndKey) {
             try {
                 Qwen2Tokenizer::from_folder(dir.path());
             } catch (const IoError& e) {
-                EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos);
+                const std::string what = e.what();
+                EXPECT_NE(what.find("tokenizer.json"), std::string::npos) << what;
+                EXPECT_NE(what.find("vocab.json and merges.txt"), std::string::npos) << what;
                 throw;
             }
         },

@@ -7,6 +7,12 @@ Called by make_reference.py. Writes under OUT:
                     pre-tokenizer; its specials after the learned tokens, as Qwen's vocabulary has
                     them. cases/qwen2_tokenizer.json: transformers' ids for every string in
                     TOKENIZER_CASES, plain and as ZImagePipeline pads them (ids and mask).
+  qwen2_tokenizer_files/, qwen2_tokenizer_added_json/
+                    the same tokenizer saved without tokenizer.json, as Qwen-Image's own
+                    tokenizer/ folder is: vocab.json and merges.txt, the added tokens in
+                    tokenizer_config.json's added_tokens_decoder (the first) or in
+                    added_tokens.json with special_tokens_map.json (the second, older); the case
+                    file holds transformers' ids for each as "files_ids" / "added_json_ids".
   zimage/           a ZImagePipeline folder: a tiny ZImageTransformer2DModel (2 refiner layers of
                     each kind, 2 main layers), Flux's 16-channel VAE layout with Z-Image's scale
                     and shift, a tiny Qwen3ForCausalLM as text_encoder with that tokenizer, and
@@ -102,14 +108,53 @@ def build_tokenizer(folder):
     return AutoTokenizer.from_pretrained(folder)
 
 
-def tokenizer_case(tokenizer, cases):
+def build_tokenizer_files(folder, out):
+    """The tokenizer of `folder` saved as vocab.json + merges.txt (no tokenizer.json) in two
+    layouts: OUT/qwen2_tokenizer_files (added_tokens_decoder in tokenizer_config.json) and
+    OUT/qwen2_tokenizer_added_json (added_tokens.json and special_tokens_map.json)."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json")) as f:
+        config = json.load(f)
+    added = {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
+    loaded = []
+    for name in ("qwen2_tokenizer_files", "qwen2_tokenizer_added_json"):
+        target = os.path.join(out, name)
+        os.makedirs(target, exist_ok=True)
+        tok.model.save(target)  # vocab.json, merges.txt: the BPE without the added tokens
+        mine = dict(config)
+        if name == "qwen2_tokenizer_files":
+            mine["added_tokens_decoder"] = {
+                str(i): {"content": c, "lstrip": False, "normalized": False, "rstrip": False,
+                         "single_word": False, "special": True} for c, i in added.items()}
+        else:
+            with open(os.path.join(target, "added_tokens.json"), "w") as f:
+                json.dump(added, f, indent=1)
+            with open(os.path.join(target, "special_tokens_map.json"), "w") as f:
+                json.dump({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                           "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]}, f)
+        with open(os.path.join(target, "tokenizer_config.json"), "w") as f:
+            json.dump(mine, f, indent=1)
+        assert not os.path.exists(os.path.join(target, "tokenizer.json"))
+        loaded.append(AutoTokenizer.from_pretrained(target))
+    return loaded
+
+
+def tokenizer_case(tokenizer, cases, files_tokenizers):
     plain = [tokenizer(text)["input_ids"] for text in TOKENIZER_CASES]
     padded = tokenizer(TOKENIZER_CASES, padding="max_length", max_length=PADDED_LENGTH,
                        truncation=True)
+    files, added_json = ([t(text)["input_ids"] for text in TOKENIZER_CASES]
+                         for t in files_tokenizers)
     with open(os.path.join(cases, "qwen2_tokenizer.json"), "w") as f:
         json.dump({"texts": TOKENIZER_CASES, "ids": plain, "max_length": PADDED_LENGTH,
                    "padded_ids": padded["input_ids"], "padded_mask": padded["attention_mask"],
-                   "pad_id": tokenizer.pad_token_id, "vocab_size": len(tokenizer)},
+                   "pad_id": tokenizer.pad_token_id, "vocab_size": len(tokenizer),
+                   "files_ids": files, "added_json_ids": added_json,
+                   "files_pad_ids": [t.pad_token_id for t in files_tokenizers],
+                   "files_vocab_sizes": [len(t) for t in files_tokenizers]},
                   f, ensure_ascii=False, indent=1)
 
 
@@ -159,7 +204,8 @@ def scheduler():
 def build(out, cases, flux_vae):
     g = torch.Generator().manual_seed(42)
     tokenizer = build_tokenizer(os.path.join(out, "qwen2_tokenizer"))
-    tokenizer_case(tokenizer, cases)
+    tokenizer_case(tokenizer, cases,
+                   build_tokenizer_files(os.path.join(out, "qwen2_tokenizer"), out))
     pipe = ZImagePipeline(scheduler=scheduler(), vae=flux_vae,
                           text_encoder=text_encoder(len(tokenizer), g), tokenizer=tokenizer,
                           transformer=transformer(g))

@@ -92,6 +92,31 @@ std::map<long long, TokenSpec> parse_added_tokens(const Json& root,
     return by_id;
 }
 
+std::map<long long, TokenSpec> parse_added_tokens_decoder(
+    const Json& config, const std::filesystem::path& path,
+    const std::vector<std::string>& specials) {
+    const Json& decoder = config["added_tokens_decoder"];
+    if (!decoder.is_object()) {
+        throw FormatError(path.string(), "added_tokens_decoder must be an object");
+    }
+    std::map<long long, TokenSpec> by_id;
+    for (const auto& [id, value] : decoder.items()) {
+        long long index = 0;
+        try {
+            index = std::stoll(id);
+        } catch (const std::exception&) {
+            throw FormatError(path.string(),
+                              "added_tokens_decoder key \"" + id + "\" is not a token id");
+        }
+        bool special = false;
+        if (value.is_object() && value.contains("content")) {
+            for (const std::string& s : specials) special = special || value["content"] == s;
+        }
+        by_id[index] = parse_token(value, special, path, "added_tokens_decoder." + id);
+    }
+    return by_id;
+}
+
 SpecialTokens read_special_tokens(const std::filesystem::path& dir,
                                   const std::function<std::vector<TokenSpec>()>& json_added) {
     SpecialTokens tokens;
@@ -115,31 +140,10 @@ SpecialTokens read_special_tokens(const std::filesystem::path& dir,
     if (config.contains("added_tokens_decoder")) {
         // transformers 4.34+ format: the decoder's flags win and special_tokens_map.json is not
         // read at all.
-        const Json& decoder = config["added_tokens_decoder"];
-        if (!decoder.is_object()) {
-            throw FormatError(config_path.string(), "added_tokens_decoder must be an object");
-        }
-        std::vector<std::pair<long long, TokenSpec>> by_id;
-        for (const auto& [id, value] : decoder.items()) {
-            long long index = 0;
-            try {
-                index = std::stoll(id);
-            } catch (const std::exception&) {
-                throw FormatError(config_path.string(),
-                                  "added_tokens_decoder key \"" + id + "\" is not a token id");
-            }
-            bool special = false;
-            if (value.is_object() && value.contains("content")) {
-                for (const auto& [key, spec] : named) {
-                    special = special || value["content"] == spec->content;
-                }
-            }
-            by_id.emplace_back(
-                index, parse_token(value, special, config_path, "added_tokens_decoder." + id));
-        }
-        std::sort(by_id.begin(), by_id.end(),
-                  [](const auto& a, const auto& b) { return a.first < b.first; });
-        for (auto& [index, spec] : by_id) tokens.added.push_back(std::move(spec));
+        std::vector<std::string> specials;
+        for (const auto& [key, spec] : named) specials.push_back(spec->content);
+        for (auto& [index, spec] : parse_added_tokens_decoder(config, config_path, specials))
+            tokens.added.push_back(std::move(spec));
         for (const auto& [key, spec] : named) {
             for (const TokenSpec& added : tokens.added) {
                 if (added.content == spec->content) spec->normalized = added.normalized;

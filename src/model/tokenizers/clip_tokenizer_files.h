@@ -50,6 +50,13 @@ Json parse_json_file(const std::filesystem::path& path);
 std::map<long long, TokenSpec> parse_added_tokens(const Json& root,
                                                   const std::filesystem::path& path);
 
+// tokenizer_config.json's "added_tokens_decoder" (which `config` must contain) by id: each token's
+// flags as transformers reads them, "normalized" defaulting to false for special tokens — those
+// whose "special" is true or whose content is one of `specials`.
+std::map<long long, TokenSpec> parse_added_tokens_decoder(const Json& config,
+                                                          const std::filesystem::path& path,
+                                                          const std::vector<std::string>& specials);
+
 // `json_added`: tokenizer.json's added tokens (parsed only when transformers reads them).
 SpecialTokens read_special_tokens(
     const std::filesystem::path& dir,

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -117,37 +119,114 @@ struct Qwen2Tokenizer::State {
 
 Qwen2Tokenizer::Qwen2Tokenizer(std::shared_ptr<const State> state) : state_(std::move(state)) {}
 
-Qwen2Tokenizer Qwen2Tokenizer::from_folder(const std::filesystem::path& dir) {
-    const std::filesystem::path tokenizer_json = dir / "tokenizer.json";
+namespace {
+
+using clip_tokenizer_detail::TokenSpec;
+
+// The special-token words of a folder's tokenizer_config.json and special_tokens_map.json
+// (bos/eos/unk/pad_token, additional_special_tokens): what transformers calls special when it
+// reads added_tokens.json.
+std::vector<std::string> qwen2_special_words(const std::filesystem::path& dir) {
+    std::vector<std::string> words;
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+        const std::filesystem::path path = dir / name;
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec)) continue;
+        const Json json = clip_tokenizer_detail::parse_json_file(path);
+        if (!json.is_object()) throw FormatError(path.string(), "must be a JSON object");
+        const auto add = [&](const Json& value) {
+            if (value.is_string()) words.push_back(value.get<std::string>());
+            if (value.is_object() && value.contains("content") && value["content"].is_string())
+                words.push_back(value["content"].get<std::string>());
+        };
+        for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+            if (json.contains(key)) add(json[key]);
+        }
+        for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
+            if (json.contains(key) && json[key].is_array()) {
+                for (const Json& value : json[key]) add(value);
+            }
+        }
+    }
+    return words;
+}
+
+// A folder without tokenizer.json, as transformers 5 builds Qwen2Tokenizer from it: the BPE of
+// vocab.json and merges.txt, the added tokens of tokenizer_config.json's added_tokens_decoder or,
+// without one, of added_tokens.json (special ones not normalized). Returns the added tokens by id.
+std::map<long long, TokenSpec> qwen2_added_tokens_of_files(const std::filesystem::path& dir) {
     const std::filesystem::path config_path = dir / "tokenizer_config.json";
     std::error_code ec;
-    if (!std::filesystem::exists(tokenizer_json, ec)) {
-        throw IoError(tokenizer_json.string(),
-                      "not found (a Qwen tokenizer folder has tokenizer.json; re-save an older "
-                      "one with transformers' save_pretrained)");
+    if (std::filesystem::exists(config_path, ec)) {
+        const Json config = clip_tokenizer_detail::parse_json_file(config_path);
+        if (config.is_object() && config.contains("added_tokens_decoder")) {
+            return clip_tokenizer_detail::parse_added_tokens_decoder(config, config_path, {});
+        }
     }
-    const Json root = clip_tokenizer_detail::parse_json_file(tokenizer_json);
-    if (!root.is_object() || !root.contains("model") || !root["model"].is_object()) {
-        throw FormatError(tokenizer_json.string(), "has no \"model\" object");
+    std::map<long long, TokenSpec> by_id;
+    const std::filesystem::path added_path = dir / "added_tokens.json";
+    if (!std::filesystem::exists(added_path, ec)) return by_id;
+    const Json added = clip_tokenizer_detail::parse_json_file(added_path);
+    const std::vector<std::string> specials = qwen2_special_words(dir);
+    for (const auto& [content, id] : clip_tokenizer_detail::parse_vocab(added, added_path, "")) {
+        const bool special = std::find(specials.begin(), specials.end(), content) != specials.end();
+        by_id[id] = TokenSpec{content, !special};
     }
-    const Json& model = root["model"];
-    if (model.contains("type") && model["type"] != "BPE") {
-        throw FormatError(tokenizer_json.string(),
-                          "model.type must be \"BPE\" (Qwen's tokenizer is byte-level BPE), not " +
-                              model["type"].dump());
+    return by_id;
+}
+
+}  // namespace
+
+Qwen2Tokenizer Qwen2Tokenizer::from_folder(const std::filesystem::path& dir) {
+    const std::filesystem::path tokenizer_json = dir / "tokenizer.json";
+    const std::filesystem::path vocab_json = dir / "vocab.json";
+    const std::filesystem::path merges_txt = dir / "merges.txt";
+    const std::filesystem::path config_path = dir / "tokenizer_config.json";
+    std::error_code ec;
+    std::shared_ptr<State> state;
+    std::map<long long, TokenSpec> added;
+    // What the vocabulary's errors name: tokenizer.json, or vocab.json for the older layout.
+    std::filesystem::path vocab_file = tokenizer_json;
+    if (std::filesystem::exists(tokenizer_json, ec)) {
+        const Json root = clip_tokenizer_detail::parse_json_file(tokenizer_json);
+        if (!root.is_object() || !root.contains("model") || !root["model"].is_object()) {
+            throw FormatError(tokenizer_json.string(), "has no \"model\" object");
+        }
+        const Json& model = root["model"];
+        if (model.contains("type") && model["type"] != "BPE") {
+            throw FormatError(
+                tokenizer_json.string(),
+                "model.type must be \"BPE\" (Qwen's tokenizer is byte-level BPE), not " +
+                    model["type"].dump());
+        }
+        if (!model.contains("merges") || !model["merges"].is_array()) {
+            throw FormatError(tokenizer_json.string(), "model.merges must be an array of merges");
+        }
+        const bool ignore_merges = model.value("ignore_merges", false);
+        state = std::make_shared<State>(
+            clip_tokenizer_detail::parse_vocab(model.value("vocab", Json()), tokenizer_json,
+                                               "model.vocab"),
+            tokenizer_json, ignore_merges);
+        state->bpe.load_merges_json(model["merges"], tokenizer_json);
+        added = clip_tokenizer_detail::parse_added_tokens(root, tokenizer_json);
+    } else if (std::filesystem::exists(vocab_json, ec) && std::filesystem::exists(merges_txt, ec)) {
+        // The layout of folders saved before tokenizer.json (Qwen-Image's own tokenizer/).
+        vocab_file = vocab_json;
+        state = std::make_shared<State>(
+            clip_tokenizer_detail::parse_vocab(clip_tokenizer_detail::parse_json_file(vocab_json),
+                                               vocab_json, ""),
+            vocab_json, false);
+        state->bpe.load_merges_txt(merges_txt);
+        added = qwen2_added_tokens_of_files(dir);
+    } else {
+        throw IoError(
+            tokenizer_json.string(),
+            "not found, nor vocab.json and merges.txt beside it (a Qwen tokenizer folder "
+            "has tokenizer.json, or vocab.json and merges.txt with tokenizer_config.json)");
     }
-    if (!model.contains("merges") || !model["merges"].is_array()) {
-        throw FormatError(tokenizer_json.string(), "model.merges must be an array of merges");
-    }
-    const bool ignore_merges = model.value("ignore_merges", false);
-    auto state =
-        std::make_shared<State>(clip_tokenizer_detail::parse_vocab(model.value("vocab", Json()),
-                                                                   tokenizer_json, "model.vocab"),
-                                tokenizer_json, ignore_merges);
-    state->bpe.load_merges_json(model["merges"], tokenizer_json);
 
     std::unordered_map<std::string, int64_t> ids(state->bpe.vocab());
-    for (auto& [id, spec] : clip_tokenizer_detail::parse_added_tokens(root, tokenizer_json)) {
+    for (auto& [id, spec] : added) {
         if (spec.content.empty()) continue;
         clip_tokenizer_detail::check_utf8(spec.content, "Qwen2 tokenizer");
         Qwen2AddedToken token{spec.content, clip_tokenizer_detail::from_valid_utf8(spec.content),
@@ -155,7 +234,6 @@ Qwen2Tokenizer Qwen2Tokenizer::from_folder(const std::filesystem::path& dir) {
         ids[spec.content] = id;
         (spec.normalized ? state->normalized_tokens : state->raw_tokens).push_back(token);
     }
-    state->size = ids.size();
 
     Json config = Json::object();
     if (std::filesystem::exists(config_path, ec)) {
@@ -176,12 +254,20 @@ Qwen2Tokenizer Qwen2Tokenizer::from_folder(const std::filesystem::path& dir) {
                                   value.dump());
         }
     }
-    const auto pad_id = ids.find(pad);
+    auto pad_id = ids.find(pad);
+    if (pad_id == ids.end() && vocab_file == vocab_json) {
+        // Qwen2Tokenizer adds its special tokens that the files lack after everything else, as
+        // special (not normalized) tokens.
+        const auto id = static_cast<int64_t>(ids.size());
+        state->raw_tokens.push_back({pad, clip_tokenizer_detail::from_valid_utf8(pad), id});
+        pad_id = ids.emplace(pad, id).first;
+    }
     if (pad_id == ids.end()) {
         throw FormatError(
-            tokenizer_json.string(),
-            "the pad token \"" + pad + "\" is neither in model.vocab nor in added_tokens");
+            vocab_file.string(),
+            "the pad token \"" + pad + "\" is neither in the vocabulary nor in the added tokens");
     }
+    state->size = ids.size();
     state->pad = pad_id->second;
     state->pad_left = qwen2_side_is_left(config, "padding_side", config_path);
     state->truncate_left = qwen2_side_is_left(config, "truncation_side", config_path);

@@ -7,8 +7,11 @@
 // ref: transformers models/qwen2/tokenization_qwen2.py::Qwen2Tokenizer (5.23)
 //
 // From tokenizer.json transformers takes the BPE vocabulary and merges (model.vocab,
-// model.merges) and the added tokens; the rest of the pipeline is Qwen2Tokenizer's own, whatever
-// the file says:
+// model.merges) and the added tokens. A folder saved without tokenizer.json (Qwen-Image's own
+// tokenizer/) gives them as vocab.json and merges.txt, with the added tokens in
+// tokenizer_config.json's added_tokens_decoder or, older still, added_tokens.json; a pad token in
+// none of them is added after everything else, as Qwen2Tokenizer adds its special tokens. The
+// rest of the pipeline is Qwen2Tokenizer's own, whatever the files say:
 //  1. Added tokens ("<|endoftext|>", "<|im_start|>", ... with "normalized": false) are split out
 //     of the raw text, leftmost-longest: "<|im_end|>" typed in a prompt is its id.
 //  2. NFC on the rest (unicode_tables.h, probed from tokenizers).
