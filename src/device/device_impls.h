@@ -28,8 +28,16 @@ class CpuDevice final : public Device {
 
 class SimAllocator;
 
+// The simulated accelerator. Its kernels are the CPU's, run at a parallelism of its own
+// (kKernelThreads intra-op threads while it is open, the host's setting back when it closes):
+// a GPU's kernels do not change with the host's OMP_NUM_THREADS, and on the CPU the thread count
+// decides how reductions split (so the numbers) and the size of some kernels' scratch buffers on
+// the calling thread (so the budget's count). With it, and the allocator counting the device
+// thread's allocations only, the same command gives the same OOMs, rungs and LoRA at any
+// OMP_NUM_THREADS. The plan's host.threads rung may still set another count for its run.
 class SimDevice final : public Device {
   public:
+    static constexpr int kKernelThreads = 2;
     explicit SimDevice(std::uint64_t budget);
     ~SimDevice() override;
     std::string description() const override;
@@ -44,6 +52,7 @@ class SimDevice final : public Device {
 
   private:
     SimAllocator& allocator_;
+    int host_threads_;  // the intra-op threads before the device opened
 };
 
 class CudaDevice final : public Device {

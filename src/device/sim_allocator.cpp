@@ -68,6 +68,7 @@ void SimAllocator::set_budget(std::uint64_t budget) {
     // current_ is not reset: device-resident blocks of an earlier session that are still alive
     // are still on the device, and their frees must find them counted.
     budget_.store(budget);
+    device_thread_.store(std::this_thread::get_id());
     peak_.store(current_.load());
     device_allocations_.store(0);
     enabled_.store(true);
@@ -103,7 +104,10 @@ void SimAllocator::refuse(std::uint64_t bytes, std::uint64_t free, const std::st
 }
 
 c10::DataPtr SimAllocator::allocate(size_t n) {
-    const bool device = enabled_.load() && !HostScope::active() && n > 0;
+    // Only the device's thread allocates on the device, and only its host allocations meet
+    // host faults: both in program order, whatever the other threads do.
+    const bool device_thread = std::this_thread::get_id() == device_thread_.load();
+    const bool device = enabled_.load() && device_thread && !HostScope::active() && n > 0;
     if (device) {
         const std::uint64_t budget = budget_.load();
         ++device_allocations_;
@@ -121,7 +125,7 @@ c10::DataPtr SimAllocator::allocate(size_t n) {
         raise_peak(peak_, current + n);
         allocated_total_ += n;
         record(Event::Kind::kAlloc, n, current + n);
-    } else if (n > 0 && enabled_.load()) {
+    } else if (n > 0 && enabled_.load() && device_thread) {
         if (auto rule = fault_injector().on_host_allocation(n)) {
             // The words c10's DefaultCPUAllocator uses when malloc fails: host RAM, not VRAM.
             throw c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__},

@@ -16,16 +16,20 @@ std::atomic<int> open_sim_devices{0};
 }  // namespace
 
 SimDevice::SimDevice(std::uint64_t budget)
-    : Device({DeviceKind::kSim, 0}), allocator_(SimAllocator::install()) {
+    : Device({DeviceKind::kSim, 0}),
+      allocator_(SimAllocator::install()),
+      host_threads_(at::get_num_threads()) {
     if (open_sim_devices.fetch_add(1) != 0) {
         --open_sim_devices;
         throw Error("a sim device is already open in this process; close it first");
     }
+    at::set_num_threads(kKernelThreads);
     allocator_.set_budget(budget);
 }
 
 SimDevice::~SimDevice() {
     allocator_.disable();
+    at::set_num_threads(host_threads_);
     --open_sim_devices;
 }
 

@@ -224,19 +224,49 @@ TEST_F(SimDeviceTest, DirtyDeviceReportsNothingFreeAndRefusesEverything) {
     EXPECT_THROW(torch::empty({1}), c10::OutOfMemoryError);
 }
 
-TEST_F(SimDeviceTest, ConcurrentAllocationsStayExact) {
+// The device counts its own thread's allocations, in program order, as a GPU's allocator sees one
+// stream's; other threads' (kernel workers' scratch, data workers) are host memory, so the count
+// and the peak do not depend on how the host schedules them (issue 63).
+TEST_F(SimDeviceTest, OnlyTheDeviceThreadsAllocationsCount) {
     auto device = open_device({DeviceKind::kSim}, 512 * kMiB);
+    const std::uint64_t before = device->stats().allocated_total;
+    std::vector<at::Tensor> others(4);
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
-        threads.emplace_back([] {
+        threads.emplace_back([&others, t] {
             for (int i = 0; i < 2000; ++i) {
                 at::Tensor x = torch::empty({(i % 97) + 1}, torch::kUInt8);
             }
+            others[t] = torch::empty({1000}, torch::kUInt8);  // kept, still not the device's
         });
     }
     at::Tensor kept = torch::empty({123}, torch::kUInt8);
     for (auto& th : threads) th.join();
     EXPECT_EQ(device->stats().allocated, 123u);
+    EXPECT_EQ(device->stats().allocated_total - before, 123u);
+    EXPECT_EQ(device->stats().peak_allocated, 123u);
+    for (const at::Tensor& t : others) EXPECT_FALSE(SimAllocator::is_device_resident(t));
+    EXPECT_TRUE(SimAllocator::is_device_resident(kept));
+    others.clear();
+    EXPECT_EQ(device->stats().allocated, 123u);
+}
+
+// Its kernels run at its own parallelism while it is open, the host's setting back after.
+TEST_F(SimDeviceTest, KernelsRunAtTheDevicesOwnParallelism) {
+    const int host = at::get_num_threads();
+    at::set_num_threads(1);
+    {
+        auto device = open_device({DeviceKind::kSim}, kMiB);
+        EXPECT_EQ(at::get_num_threads(), 2);
+    }
+    EXPECT_EQ(at::get_num_threads(), 1);
+    at::set_num_threads(3);
+    {
+        auto device = open_device({DeviceKind::kSim}, kMiB);
+        EXPECT_EQ(at::get_num_threads(), 2);
+    }
+    EXPECT_EQ(at::get_num_threads(), 3);
+    at::set_num_threads(host);
 }
 
 TEST_F(SimDeviceTest, OnlyOneSimDeviceAtATime) {

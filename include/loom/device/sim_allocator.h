@@ -1,11 +1,15 @@
 #pragma once
 
 // The simulated accelerator's memory: a byte-budgeted c10 CPU allocator. Installed through c10's
-// allocator registry, it serves every CPU allocation in the process. Allocations are
-// device-resident (counted against the budget) unless the allocating thread is inside a
-// HostScope — host-resident memory (to_host copies, offloaded weights, caches, data-loader
-// buffers) does not count. A device allocation that would exceed the budget, or that fault
-// injection selects, throws c10::OutOfMemoryError with a CUDA-shaped message:
+// allocator registry, it serves every CPU allocation in the process. What is counted is what a
+// GPU's caching allocator sees of one stream: the allocations of the device's thread (the one
+// that set the budget), in program order, unless that thread is inside a HostScope —
+// host-resident memory (to_host copies, offloaded weights, caches, data-loader buffers) does not
+// count. Allocations of every other thread (the CPU kernels' worker threads' scratch, data
+// workers) are host memory too: their number, size and order depend on how many threads the
+// host runs and how they are scheduled, and counting them made the same command give other OOMs
+// at another OMP_NUM_THREADS (issue 63). A device allocation that would exceed the budget, or
+// that fault injection selects, throws c10::OutOfMemoryError with a CUDA-shaped message:
 //   "sim out of memory. Tried to allocate 16.00 MiB; 7.00 MiB free of 96.00 MiB budget"
 // Current and peak counts are exact to the byte (requested sizes). Thread-safe.
 
@@ -16,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/device/host_memory.h"
@@ -33,7 +38,8 @@ class SimAllocator final : public c10::Allocator {
     // requires). Until set_budget() is called it counts nothing.
     static SimAllocator& install();
 
-    // Starts accounting with `budget` bytes; the peak restarts from the current count.
+    // Starts accounting with `budget` bytes on the calling thread, which becomes the device's;
+    // the peak restarts from the current count.
     void set_budget(std::uint64_t budget);
     // Stops accounting (allocations become host-resident, nothing is refused).
     void disable();
@@ -72,6 +78,7 @@ class SimAllocator final : public c10::Allocator {
     [[noreturn]] void refuse(std::uint64_t bytes, std::uint64_t free, const std::string& why);
 
     std::atomic<bool> enabled_{false};
+    std::atomic<std::thread::id> device_thread_{};
     std::atomic<std::uint64_t> budget_{0};
     std::atomic<std::uint64_t> current_{0};
     std::atomic<std::uint64_t> peak_{0};
