@@ -377,6 +377,20 @@ class StructReader {
     void not_yet(std::initializer_list<const char*> keys) {
         for (const char* k : keys) not_yet_.emplace_back(k);
     }
+    void not_yet(const NotYetFeature& feature) {
+        for (const char* k : feature.keys) not_yet_.emplace_back(k);
+        features_.push_back(feature);
+    }
+    void not_yet(const NotYetUnlessValue& key) {
+        not_yet_.emplace_back(key.key);
+        unless_values_.push_back(key);
+    }
+    void not_yet(const Inert& inert) {
+        for (const char* k : inert.keys) {
+            if (Entry* e = take(k)) ctx_.record(e->key_node, join_path(path_, k));
+            known_.emplace_back(k);
+        }
+    }
 
     // Warns about every key no field consumed.
     void finish() {
@@ -386,7 +400,10 @@ class StructReader {
             if (contains(not_yet_, e.key)) {
                 // Off (null, false, empty): what loom does without the setting anyway, as
                 // ai-toolkit's UI writes every key of its form (mask_path: null, controls: []).
-                if (asks_for_nothing(e.value)) continue;
+                // Nor is a key warned about at ai-toolkit's default, or tuning a feature that is
+                // off (lokr_factor of a plain LoRA): only what would change training is.
+                if (asks_for_nothing(e.value) || at_inert_value(e) || tunes_feature_off(e.key))
+                    continue;
                 ctx_.warn(DiagnosticKind::kNotSupportedYet, e.key_node, path,
                           path +
                               " is an ai-toolkit setting that loom does not support yet; it "
@@ -418,6 +435,31 @@ class StructReader {
         bool used;
     };
 
+    bool at_inert_value(const Entry& e) const {
+        if (!e.value.IsScalar()) return false;
+        for (const NotYetUnlessValue& k : unless_values_) {
+            if (e.key != k.key) continue;
+            for (const char* v : k.values) {
+                if (e.value.Scalar() == v) return true;
+            }
+        }
+        return false;
+    }
+
+    bool tunes_feature_off(const std::string& key) const {
+        for (const NotYetFeature& f : features_) {
+            if (std::find(f.keys.begin(), f.keys.end(), key) == f.keys.end()) continue;
+            const Entry* switch_entry = nullptr;
+            for (const Entry& e : entries_) {
+                if (e.key == f.feature) switch_entry = &e;
+            }
+            if (switch_entry == nullptr || asks_for_nothing(switch_entry->value)) return true;
+            return f.on_value != nullptr &&
+                   !(switch_entry->value.IsScalar() && switch_entry->value.Scalar() == f.on_value);
+        }
+        return false;
+    }
+
     Entry* take(const std::string& key) {
         for (Entry& e : entries_) {
             if (e.key == key) {
@@ -435,6 +477,8 @@ class StructReader {
     std::vector<Entry> entries_;
     std::vector<std::string> known_;
     std::vector<std::string> not_yet_;
+    std::vector<NotYetFeature> features_;
+    std::vector<NotYetUnlessValue> unless_values_;
 };
 
 }  // namespace

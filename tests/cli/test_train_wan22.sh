@@ -167,4 +167,25 @@ if "$LOOM" sample --model "$MODEL" --lora "$R/whole_low_noise.safetensors" \
     --prompt "sks dog" --width 64 --height 64 --steps 2 --out "$TMP/out" \
     >"$TMP/sample.log" 2>&1 && ls "$TMP/out"/*.png >/dev/null 2>&1
 then ok "loom sample with the trained pair"; else bad "loom sample with the trained pair"; cat "$TMP/sample.log"; fi
+
+# A folder as Wan 2.2 ships: UniPC as its scheduler, and (some exports) no boundary_ratio. loom
+# samples with flow-matching Euler and routes at ai-toolkit's boundary, and says both.
+cp -r "$MODEL" "$TMP/released"
+"$PY" - "$TMP/released" <<'PY'
+import json, os, sys
+root = sys.argv[1]
+path = os.path.join(root, "scheduler", "scheduler_config.json")
+config = json.load(open(path))
+config["_class_name"] = "UniPCMultistepScheduler"
+json.dump(config, open(path, "w"))
+index = json.load(open(os.path.join(root, "model_index.json")))
+index.pop("boundary_ratio", None)
+json.dump(index, open(os.path.join(root, "model_index.json"), "w"))
+PY
+if "$LOOM" sample --model "$TMP/released" --prompt "sks dog" --width 64 --height 64 --steps 2 \
+    --out "$TMP/out_released" >"$TMP/released.log" 2>&1 &&
+   grep -q "the folder's scheduler is UniPCMultistepScheduler; loom's previews and \`loom sample\` denoise with the flow-matching Euler sampler at shift 3 instead" "$TMP/released.log" &&
+   grep -q "has no boundary_ratio: the high-noise expert denoises timesteps from 875 of 1000 up" "$TMP/released.log"
+then ok "a released folder's UniPC scheduler and missing boundary_ratio are said"
+else bad "a released folder's UniPC scheduler and missing boundary_ratio are said"; cat "$TMP/released.log"; fi
 finish

@@ -51,6 +51,29 @@ struct NotYetUnlessDefault {
     const char* note = "";
 };
 
+// ai-toolkit keys loom does not implement that only tune one feature, switched by the section's
+// key `feature` (a network's "type", a dataset's "mask_path"): while the feature is off — the key
+// absent or off (null, false, empty), or, with `on_value`, any other value — they change nothing,
+// so a job that leaves them at whatever ai-toolkit's UI writes is not warned about them.
+struct NotYetFeature {
+    const char* feature;
+    const char* on_value;  // nullptr: on whenever not off
+    std::vector<const char*> keys;
+};
+
+// An ai-toolkit key loom does not implement, and the values of it that ask for nothing loom does
+// not do (ai-toolkit's default): only another value is warned about.
+struct NotYetUnlessValue {
+    const char* key;
+    std::vector<const char*> values;
+};
+
+// ai-toolkit keys that never change what is trained or written (its UI's own bookkeeping, such
+// as sqlite_db_path): read and ignored without a word.
+struct Inert {
+    std::vector<const char*> keys;
+};
+
 // A list must have at least this many elements.
 struct MinItems {
     std::size_t count;

@@ -78,8 +78,11 @@ struct NetworkConfig {
         v("network_kwargs", &NetworkConfig::network_kwargs);
         v("transformer_only", &NetworkConfig::transformer_only);
         v("pretrained_lora_path", &NetworkConfig::pretrained_lora_path);
-        v.not_yet({"lokr_full_rank", "lokr_factor", "old_lokr_format", "split_multistage_loras",
-                   "layer_offloading", "all_layers", "lorm"});
+        v.not_yet({"split_multistage_loras", "layer_offloading", "all_layers", "lorm"});
+        // ai-toolkit's UI writes the LoKr keys into every job (lokr_full_rank: true,
+        // lokr_factor: -1); they tune nothing but a LoKr network.
+        v.not_yet(
+            NotYetFeature{"type", "lokr", {"lokr_full_rank", "lokr_factor", "old_lokr_format"}});
     }
 };
 
@@ -103,8 +106,9 @@ struct SaveConfig {
                  "single"}});
         v("max_step_saves_to_keep", &SaveConfig::max_step_saves_to_keep, AtLeast{0});
         v("format", &SaveConfig::format, OneOf{{"kohya", "peft"}});
-        v("save_format", &SaveConfig::save_format,
-          OneOf{{"safetensors"}, {"diffusers"}, "it only affects full fine-tunes"});
+        // "diffusers" (the UI's default) chooses how a full fine-tune is saved: a LoRA is one
+        // safetensors file whatever it says.
+        v("save_format", &SaveConfig::save_format, OneOf{{"safetensors", "diffusers"}});
         v("push_to_hub", &SaveConfig::push_to_hub, NotYetUnlessDefault{"nothing is uploaded"});
         v("hf_repo_id", &SaveConfig::hf_repo_id, NotYetUnlessDefault{"nothing is uploaded"});
         v("hf_private", &SaveConfig::hf_private, NotYetUnlessDefault{"nothing is uploaded"});
@@ -125,8 +129,9 @@ struct LoggingConfig {
         v("verbose", &LoggingConfig::verbose);
         v("use_wandb", &LoggingConfig::use_wandb,
           NotYetUnlessDefault{"metrics go to metrics.jsonl in the run folder"});
-        v("use_ui_logger", &LoggingConfig::use_ui_logger,
-          NotYetUnlessDefault{"metrics go to metrics.jsonl in the run folder"});
+        // ai-toolkit's UI sets it in every job it writes; what it logs, loom writes to
+        // metrics.jsonl and the run report, and training is the same.
+        v("use_ui_logger", &LoggingConfig::use_ui_logger);
         v("project_name", &LoggingConfig::project_name);
         v("run_name", &LoggingConfig::run_name);
     }
@@ -237,8 +242,10 @@ struct ProcessConfig {
         v("logging", &ProcessConfig::logging);
         v("oom", &ProcessConfig::oom);
         v("perf", &ProcessConfig::perf);
-        v.not_yet({"log_dir", "first_sample", "sqlite_db_path", "torch_profiler", "guidance",
-                   "embedding", "decorator", "adapter", "slider", "do_lorm", "lorm_extract_mode",
+        // The UI's job database.
+        v.not_yet(Inert{{"sqlite_db_path"}});
+        v.not_yet({"log_dir", "first_sample", "torch_profiler", "guidance", "embedding",
+                   "decorator", "adapter", "slider", "do_lorm", "lorm_extract_mode",
                    "lorm_extract_mode_param"});
     }
 };

@@ -213,12 +213,8 @@ struct TrainConfig {
                    "blended_blur_noise",
                    "optimal_noise_pairing_samples",
                    "diff_output_preservation",
-                   "diff_output_preservation_multiplier",
-                   "diff_output_preservation_class",
                    "blank_prompt_preservation",
-                   "blank_prompt_preservation_multiplier",
                    "inverted_mask_prior",
-                   "inverted_mask_prior_multiplier",
                    "reg_weight",
                    "do_prior_divergence",
                    "prompt_dropout_prob",
@@ -247,6 +243,16 @@ struct TrainConfig {
                    "diffusion_feature_extractor_path",
                    "diffusion_feature_extractor_weight",
                    "validation_config"});
+        // The UI writes these with their feature off (diff_output_preservation: false, ...);
+        // they tune nothing then.
+        v.not_yet(NotYetFeature{
+            "diff_output_preservation",
+            nullptr,
+            {"diff_output_preservation_multiplier", "diff_output_preservation_class"}});
+        v.not_yet(NotYetFeature{
+            "blank_prompt_preservation", nullptr, {"blank_prompt_preservation_multiplier"}});
+        v.not_yet(
+            NotYetFeature{"inverted_mask_prior", nullptr, {"inverted_mask_prior_multiplier"}});
     }
 };
 

@@ -6,7 +6,9 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "loading/config_reader.h"
 #include "loom/core/error.h"
+#include "loom/core/logging.h"
 #include "loom/model/loading/weight_files.h"
 #include "loom/model/tokenizers/unicode_tables.h"
 #include "tokenizers/clip_tokenizer_text.h"
@@ -86,6 +88,26 @@ std::string wan_prompt_clean(const std::string& text) {
     return out;
 }
 
+namespace {
+
+// Wan's released folders ship UniPCMultistepScheduler; loom samples with flow-matching Euler as
+// ai-toolkit's previews do, and says so rather than silently sample otherwise than the folder.
+void say_scheduler_used(const DiffusersFolder& folder) {
+    if (!folder.has("scheduler")) return;
+    const std::filesystem::path path = folder.dir("scheduler") / "scheduler_config.json";
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return;
+    const std::string cls = ConfigReader(path).text("_class_name", "");
+    if (cls.empty() || cls == "FlowMatchEulerDiscreteScheduler") return;
+    logger("model").info(
+        "{}: the folder's scheduler is {}; loom's previews and `loom sample` denoise with the "
+        "flow-matching Euler sampler at shift {:g} instead, as ai-toolkit's previews do "
+        "(training is the same either way)",
+        path.string(), cls, WanModel::kShift);
+}
+
+}  // namespace
+
 bool is_wan_pipeline(const DiffusersFolder& folder) {
     return folder.pipeline_class == "WanPipeline";
 }
@@ -106,6 +128,7 @@ WanModel load_wan_components(DiffusersFolder folder, const WanLoadOptions& o) {
     wan.folder.require(needed);
     wan.scheduler.shift = WanModel::kShift;
     wan.scheduler.use_dynamic_shifting = false;
+    say_scheduler_used(wan.folder);
     wan.transformer = load_wan_transformer(wan.folder, "transformer", o.dtype);
     if (o.load_vae) wan.vae = load_wan_vae(wan.folder.dir("vae"), o.dtype);
     if (o.load_text_encoder) {

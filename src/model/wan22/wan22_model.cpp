@@ -2,6 +2,7 @@
 
 #include "loading/config_reader.h"
 #include "loom/core/error.h"
+#include "loom/core/logging.h"
 
 namespace loom {
 
@@ -11,6 +12,10 @@ Wan22ExpertsImpl::Wan22ExpertsImpl(WanTransformer3DModel high_noise,
       transformer_2(register_module("transformer_2", std::move(low_noise))) {}
 
 namespace {
+
+// ai-toolkit's boundary_ratio for Wan 2.2 14B text-to-video (wan22_14b_model.py), used when the
+// folder's model_index.json has none.
+constexpr double kWan22DefaultBoundary = 0.875;
 
 // The two experts must take and give the same tensors: the router hands either the same input.
 void check_same_shapes(const WanConfig& high, const WanConfig& low,
@@ -48,7 +53,16 @@ Wan22Model load_wan22(const std::filesystem::path& root, const WanLoadOptions& o
     }
     folder.require({"transformer_2"});
     Wan22Model wan;
-    wan.boundary_ratio = r.number("boundary_ratio", 0.875);
+    wan.boundary_ratio = r.number("boundary_ratio", kWan22DefaultBoundary);
+    if (!r.has("boundary_ratio")) {
+        // diffusers' WanPipeline without one never switches to transformer_2; loom routes as
+        // ai-toolkit's Wan 2.2 14B does, and says at which timestep.
+        logger("model").info(
+            "{} has no boundary_ratio: the high-noise expert denoises timesteps from {:g} of "
+            "1000 up and the low-noise expert those below (ai-toolkit's Wan 2.2 14B boundary, "
+            "{:g})",
+            index.string(), kWan22DefaultBoundary * 1000.0, kWan22DefaultBoundary);
+    }
     if (!(wan.boundary_ratio > 0.0 && wan.boundary_ratio < 1.0)) {
         r.fail("boundary_ratio",
                "must lie between 0 and 1 (the share of the timesteps above "
