@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "loom/model/nn/host_conv.h"
 #include "loom/model/nn/host_matmul.h"
 
 namespace loom {
@@ -40,14 +41,20 @@ FetchedWeights fetched(const std::shared_ptr<WeightSource>& source, const at::Te
 }  // namespace
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
+    // A fetched weight (streamed, dequantized) is fetched again for the backward rather than
+    // kept alive by autograd until then. The module outlives its backward.
+    WeightRefetch refetch;
+    if (source_ && at::GradMode::is_enabled() && x.requires_grad()) {
+        refetch = [this] { return fetched(source_, weight, bias).weight; };
+    }
     at::Tensor y;
-    {  // fetched copies go as soon as the base output exists (unless autograd keeps them)
+    {  // fetched copies go as soon as the base output exists
         const FetchedWeights w = fetched(source_, weight, bias);
         if (adapter_) {
-            y = adapter_->linear(x, w.weight, w.bias);
+            y = adapter_->linear(x, w.weight, w.bias, refetch);
             if (y.defined()) return y;
         }
-        y = frozen_linear(x, w.weight, w.bias);
+        y = frozen_linear(x, w.weight, w.bias, refetch);
     }
     if (adapter_) y = adapter_->add_to(y, x);
     return y;
@@ -66,7 +73,7 @@ at::Tensor Conv2dImpl::forward(const at::Tensor& x) {
     at::Tensor y;
     {
         const FetchedWeights w = fetched(source_, weight, bias);
-        y = at::conv2d(x, w.weight, w.bias, {stride_, stride_}, {padding_, padding_});
+        y = frozen_conv(x, w.weight, w.bias, {stride_, stride_}, {padding_, padding_}, {1, 1});
     }
     if (adapter_) y = y + adapter_->forward(x);
     return y;

@@ -12,6 +12,7 @@
 #include "loading/config_reader.h"
 #include "loom/core/error.h"
 #include "loom/model/loading/weight_files.h"
+#include "loom/model/nn/host_conv.h"
 
 namespace loom {
 
@@ -60,6 +61,14 @@ class CausalConvCache {
     std::size_t next_ = 0;
 };
 
+// A torch Conv2d module's forward through frozen_conv (its padding given as numbers).
+at::Tensor conv2d(const torch::nn::Conv2d& conv, const at::Tensor& x) {
+    const auto& options = conv->options;
+    const auto& padding = std::get<torch::ExpandingArray<2>>(options.padding());
+    return frozen_conv(x, conv->weight, conv->bias, options.stride(), padding, options.dilation(),
+                       options.groups());
+}
+
 }  // namespace
 
 // A Conv3d whose temporal padding is all before the clip (2 * padding frames, none after), so an
@@ -83,7 +92,7 @@ class WanCausalConv3dImpl : public torch::nn::Conv3dImpl {
             time_pad -= previous.size(2);
         }
         x = at::constant_pad_nd(x, {column_pad_, column_pad_, row_pad_, row_pad_, time_pad, 0});
-        return torch::nn::Conv3dImpl::forward(x);
+        return frozen_conv(x, weight, bias, options.stride(), {0, 0, 0}, options.dilation());
     }
 
   private:
@@ -170,11 +179,11 @@ class WanAttentionBlockImpl : public torch::nn::Module {
         const int64_t n = frames.size(0);
         // [n, 3C, H, W] -> [n, 1, HW, 3C]: one head, the pixels as tokens.
         const at::Tensor qkv =
-            to_qkv->forward(frames).reshape({n, 1, channels * 3, -1}).permute({0, 1, 3, 2});
+            conv2d(to_qkv, frames).reshape({n, 1, channels * 3, -1}).permute({0, 1, 3, 2});
         const auto parts = qkv.contiguous().chunk(3, -1);
         const at::Tensor attended = at::scaled_dot_product_attention(parts[0], parts[1], parts[2]);
-        const at::Tensor y = proj->forward(
-            attended.squeeze(1).permute({0, 2, 1}).reshape({n, channels, rows, cols}));
+        const at::Tensor y =
+            conv2d(proj, attended.squeeze(1).permute({0, 2, 1}).reshape({n, channels, rows, cols}));
         return batch_as_frames(y, batch) + x;
     }
 
@@ -221,7 +230,7 @@ class WanResampleImpl : public torch::nn::Module {
         } else {
             frames = at::constant_pad_nd(frames, {0, 1, 0, 1});  // ZeroPad2d((0, 1, 0, 1))
         }
-        x = batch_as_frames(conv->forward(frames), batch);
+        x = batch_as_frames(conv2d(conv, frames), batch);
         if (mode_ == Mode::kDownsample3d) x = halve_frames(x, cache.next());
         return x;
     }
