@@ -26,19 +26,23 @@ at::Tensor kaiming(std::vector<int64_t> shape) {
 // y = x W^T + b + s (x D^T) U^T over the rows of x, and its backward:
 //   dx = g W + (s g U) D,   dD = (s g U)^T x,   dU = s g^T (x D^T).
 // What it saves is what the base layer and the adapter apart would: x (the down product's
-// gradient needs it), the small x D^T, and W only when x needs a gradient.
+// gradient needs it), the small x D^T, and W only when x needs a gradient — or, for a streamed or
+// quantized weight, how to have W again (host_matmul.h WeightRefetch) instead of W.
 class LoRALinearFunction : public torch::autograd::Function<LoRALinearFunction> {
   public:
     // The bias travels as an optional: an undefined tensor cannot be an autograd input, and an
     // absent optional is not one.
     static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                               const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                              const at::Tensor& down, const at::Tensor& up, double scale) {
+                              const at::Tensor& down, const at::Tensor& up, double scale,
+                              const WeightRefetch& refetch) {
         const at::Tensor rows = x.reshape({-1, x.size(-1)});
         const at::Tensor h = at::mm(rows, down.t());
         at::Tensor y = linear_rows(rows, weight, bias);
         y.addmm_(h, up.t(), 1.0, scale);
-        ctx->save_for_backward({rows, h, x.requires_grad() ? weight : at::Tensor(), down, up});
+        const bool keep_weight = x.requires_grad() && !refetch;
+        if (x.requires_grad() && refetch) ctx->saved_data["refetch"] = refetch_capsule(refetch);
+        ctx->save_for_backward({rows, h, keep_weight ? weight : at::Tensor(), down, up});
         ctx->saved_data["scale"] = scale;
         ctx->saved_data["has_bias"] = bias.has_value();
         ctx->saved_data["input_sizes"] = x.sizes().vec();
@@ -52,7 +56,9 @@ class LoRALinearFunction : public torch::autograd::Function<LoRALinearFunction> 
         const auto saved = ctx->get_saved_variables();
         const at::Tensor& rows = saved[0];
         const at::Tensor& h = saved[1];
-        const at::Tensor& weight = saved[2];
+        const auto refetch = ctx->saved_data.find("refetch");
+        const at::Tensor weight =
+            refetch != ctx->saved_data.end() ? refetch_of(refetch->second)() : saved[2];
         const at::Tensor& down = saved[3];
         const at::Tensor& up = saved[4];
         const double scale = ctx->saved_data["scale"].toDouble();
@@ -68,14 +74,14 @@ class LoRALinearFunction : public torch::autograd::Function<LoRALinearFunction> 
         const std::size_t first_lora = ctx->saved_data["has_bias"].toBool() ? 3 : 2;
         if (ctx->needs_input_grad(first_lora)) ddown = at::mm(gh.t(), rows);
         if (ctx->needs_input_grad(first_lora + 1)) dup = at::mm(g.t(), h).mul_(scale);
-        return {dx, at::Tensor(), at::Tensor(), ddown, dup, at::Tensor()};
+        return {dx, at::Tensor(), at::Tensor(), ddown, dup, at::Tensor(), at::Tensor()};
     }
 };
 
 }  // namespace
 
 at::Tensor LoRAAdapter::linear(const at::Tensor& input, const at::Tensor& weight,
-                               const at::Tensor& bias) {
+                               const at::Tensor& bias, const WeightRefetch& refetch) {
     const at::ScalarType dtype = down.scalar_type();
     if (is_conv() || (training && dropout_ > 0) || input.dim() < 2 ||
         input.scalar_type() != dtype || weight.scalar_type() != dtype ||
@@ -84,7 +90,7 @@ at::Tensor LoRAAdapter::linear(const at::Tensor& input, const at::Tensor& weight
     }
     return LoRALinearFunction::apply(
         input, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, down, up,
-        multiplier * scale());
+        multiplier * scale(), refetch);
 }
 
 LoRAAdapter::LoRAAdapter(at::Tensor down_w, at::Tensor up_w, double alpha, double dropout,

@@ -6,8 +6,9 @@
 namespace loom {
 
 FetchOrder::FetchOrder(std::size_t layer_count)
-    // A period is at most every layer forward plus every layer recomputed; a square is two.
-    : layer_count_(layer_count), capacity_(4 * layer_count + 8) {}
+    // A period is at most every layer forward, recomputed and fetched again by its backward
+    // (host_matmul.h's refetch); a square is two.
+    : layer_count_(layer_count), capacity_(6 * layer_count + 8) {}
 
 bool FetchOrder::observe(Key key) {
     ++observed_;

@@ -11,10 +11,12 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "loom/core/error.h"
 #include "loom/device/device.h"
 #include "loom/device/sim_allocator.h"
+#include "loom/lora/lora_adapter.h"
 #include "loom/model/loading/tensor_file.h"
 #include "loom/model/nn/adaptable_layers.h"
 #include "loom/model/nn/quantized_weight.h"
@@ -64,6 +66,78 @@ class LowVramModeTest : public ::testing::Test {
     static inline fs::path root_;
     std::unique_ptr<Device> device_;
 };
+
+// A weight source as block streaming's: device copies of host-resident weights, counted.
+class CountingFetch final : public WeightSource {
+  public:
+    explicit CountingFetch(const Device& device) : device_(device) {}
+    FetchedWeights fetch(const at::Tensor& weight, const at::Tensor& bias) override {
+        ++fetches;
+        return {device_.to_device(weight), bias.defined() ? device_.to_device(bias) : bias};
+    }
+    int fetches = 0;
+
+  private:
+    const Device& device_;
+};
+
+// Issue 64: a streamed Linear's backward fetches its weight again instead of autograd keeping the
+// forward's copy, so a chain of streamed layers holds about one layer's copy at a time, not all
+// of them — with a LoRA on each layer (LoRALinearFunction) and without (the frozen product) —
+// and the gradients are those of the weights kept on the device.
+TEST_F(LowVramModeTest, StreamedLinearsHoldOneLayersCopyThroughBackward) {
+    constexpr int kLayers = 8;
+    constexpr int64_t kWidth = 256;  // 256 KiB of float32 weight a layer
+    for (const bool lora : {false, true}) {
+        SCOPED_TRACE(lora ? "with a LoRA on each layer" : "frozen layers");
+        torch::manual_seed(5);
+        std::vector<Linear> layers;
+        std::vector<std::shared_ptr<LoRAAdapter>> adapters;
+        {
+            HostAllocations host;
+            for (int i = 0; i < kLayers; ++i) {
+                layers.emplace_back(kWidth, kWidth);
+                for (auto& p : layers.back()->parameters()) p.requires_grad_(false);
+            }
+        }
+        if (lora) {
+            for (Linear& l : layers) {
+                adapters.push_back(LoRAAdapter::for_linear(*l, LoRAOptions{4, 4.0, 0.0}));
+                torch::NoGradGuard no_grad;
+                adapters.back()->up.normal_(0, 0.1);
+                l->set_adapter(adapters.back());
+            }
+        }
+        const at::Tensor input = torch::randn({16, kWidth});
+        auto run = [&](bool streamed) {
+            auto source = std::make_shared<CountingFetch>(*device_);
+            for (Linear& l : layers) l->set_weight_source(streamed ? source : nullptr);
+            at::Tensor x = device_->to_device(input).requires_grad_(true);
+            device_->reset_peak();
+            const std::uint64_t before = device_->stats().allocated;
+            at::Tensor y = x;
+            for (Linear& l : layers) y = at::gelu(l->forward(y));
+            y.sum().backward();
+            const std::uint64_t peak = device_->stats().peak_allocated - before;
+            return std::make_tuple(x.grad().cpu(), peak, source->fetches);
+        };
+        // Resident on the device: the reference gradients.
+        for (Linear& l : layers) {
+            for (auto& p : l->parameters()) p.set_data(device_->to_device(p.data()));
+        }
+        const at::Tensor resident_grad = std::get<0>(run(false));
+        for (Linear& l : layers) {
+            for (auto& p : l->parameters()) p.set_data(device_->to_host(p.data()));
+        }
+        const auto [grad, peak, fetches] = run(true);
+        EXPECT_TRUE(at::allclose(grad, resident_grad, 1e-5, 1e-5));
+        EXPECT_EQ(fetches, 2 * kLayers);  // each layer's forward, and its backward once more
+        const std::uint64_t layer = kWidth * kWidth * 4 + kWidth * 4;
+        // Activations (the chain's inputs, gelu's, the gradients) are small beside the weights;
+        // two layers' copies at most are alive at once, not eight.
+        EXPECT_LT(peak, 3 * layer) << "peak " << peak << " bytes, a layer " << layer;
+    }
+}
 
 TEST_F(LowVramModeTest, RaisingToBf16NeedsNoFreeDeviceMemory) {
     StableDiffusion model = load();

@@ -34,8 +34,8 @@ class LoRAAdapter final : public LayerAdapter {
     // product, the down product and the scaled up product in one autograd operation whose
     // backward computes the input's gradient as one product plus one addmm (and the LoRA's
     // gradients) — fewer kernels and autograd nodes than the base layer and the adapter apart.
-    at::Tensor linear(const at::Tensor& input, const at::Tensor& weight,
-                      const at::Tensor& bias) override;
+    at::Tensor linear(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                      const WeightRefetch& refetch) override;
 
     // The change this LoRA makes to the base weight: multiplier · scale · up @ down, shaped like
     // the base weight.

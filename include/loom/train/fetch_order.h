@@ -3,12 +3,13 @@
 // The order block streaming fetches its layers in, learned by watching the fetches, so the next
 // ones can be copied ahead (perf.stream_prefetch, train/prefetching_weight_source.h).
 //
-// A UNet call fetches every streamed layer in forward order; under gradient checkpointing its
-// backward fetches them again, checkpointed segment by segment in reverse, each segment's layers
-// in forward order (the recomputes). So the sequence repeats from pass to pass, but one layer
-// appears twice in a period (its forward and its recompute) and what follows it differs: the
-// next layer is not a function of the current one. The order is kept as a whole period with a
-// cursor into it.
+// A UNet call fetches every streamed layer in forward order; its backward fetches each again in
+// reverse to compute the input's gradient (the device copy is not kept from forward to backward,
+// model/nn/host_matmul.h), and under gradient checkpointing the recomputes fetch them once more,
+// segment by segment in reverse, each segment's layers in forward order. So the sequence repeats
+// from pass to pass, but one layer appears up to three times in a period and what follows it
+// differs: the next layer is not a function of the current one. The order is kept as a whole
+// period with a cursor into it.
 //
 // Learning: the recent fetches are searched for a square — the last 2p fetches being one period
 // of p, twice, with every streamed layer in it. The search runs at each fetch of one anchor
@@ -54,7 +55,7 @@ class FetchOrder {
     void resync(Key key);
 
     std::size_t layer_count_;
-    std::size_t capacity_;     // fetches kept: two of the longest period (forward + recompute)
+    std::size_t capacity_;     // fetches kept: two of the longest period
     std::deque<Key> history_;  // the most recent fetches, oldest first
     std::uint64_t observed_ = 0;
     Key anchor_ = nullptr;

@@ -31,12 +31,23 @@ bool host_float(const at::Tensor& t) {
     return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
 }
 
-// x · Wᵀ + b with W and b frozen: one autograd operation whose backward is dx = g · W.
+struct RefetchHolder : torch::CustomClassHolder {
+    explicit RefetchHolder(WeightRefetch f) : fetch(std::move(f)) {}
+    WeightRefetch fetch;
+};
+
+// x · Wᵀ + b with W and b frozen: one autograd operation whose backward is dx = g · W, with W
+// saved or, given a refetch, had again.
 class FrozenLinearFunction : public torch::autograd::Function<FrozenLinearFunction> {
   public:
     static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                              const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
-        ctx->save_for_backward({weight});
+                              const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                              const WeightRefetch& refetch) {
+        if (refetch) {
+            ctx->saved_data["refetch"] = refetch_capsule(refetch);
+        } else {
+            ctx->save_for_backward({weight});
+        }
         ctx->saved_data["input_sizes"] = x.sizes().vec();
         std::vector<int64_t> sizes = x.sizes().vec();
         sizes.back() = weight.size(0);
@@ -44,11 +55,13 @@ class FrozenLinearFunction : public torch::autograd::Function<FrozenLinearFuncti
     }
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                    torch::autograd::variable_list grads) {
-        const at::Tensor weight = ctx->get_saved_variables()[0];
+        const auto refetch = ctx->saved_data.find("refetch");
+        const at::Tensor weight = refetch != ctx->saved_data.end() ? refetch_of(refetch->second)()
+                                                                   : ctx->get_saved_variables()[0];
         const at::Tensor g = grads[0].reshape({-1, weight.size(0)});
         const at::Tensor dx =
             linear_rows(g, weight.t()).view(ctx->saved_data["input_sizes"].toIntVector());
-        return {dx, at::Tensor(), at::Tensor()};
+        return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
 
@@ -76,15 +89,29 @@ bool host_matmul_uses_onednn() {
     return onednn_linear() != nullptr;
 }
 
-at::Tensor frozen_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+at::Tensor frozen_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const WeightRefetch& refetch) {
     const bool frozen = !weight.requires_grad() && !(bias.defined() && bias.requires_grad());
+    const c10::optional<at::Tensor> b =
+        bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt;
+    // A refetched weight needs the custom backward whatever the kernel: at::linear would keep the
+    // forward's copy for its own.
+    if (refetch && frozen && x.dim() >= 2 && x.requires_grad() && at::GradMode::is_enabled()) {
+        return FrozenLinearFunction::apply(x, weight, b, refetch);
+    }
     if (onednn_linear() == nullptr || !frozen || x.dim() < 2 || !host_float(x) ||
         !host_float(weight) || (bias.defined() && !host_float(bias))) {
         return at::linear(x, weight, bias);
     }
-    const c10::optional<at::Tensor> b =
-        bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt;
-    return FrozenLinearFunction::apply(x, weight, b);
+    return FrozenLinearFunction::apply(x, weight, b, WeightRefetch());
+}
+
+c10::IValue refetch_capsule(const WeightRefetch& refetch) {
+    return c10::IValue::make_capsule(c10::make_intrusive<RefetchHolder>(refetch));
+}
+
+WeightRefetch refetch_of(const c10::IValue& capsule) {
+    return c10::static_intrusive_pointer_cast<RefetchHolder>(capsule.toCapsule())->fetch;
 }
 
 }  // namespace loom

@@ -10,6 +10,8 @@
 
 #include <memory>
 
+#include "loom/model/nn/host_matmul.h"
+
 namespace loom {
 
 // Something that adds to a layer's output: forward(input) returns the delta.
@@ -24,9 +26,11 @@ class LayerAdapter {
     }
     // The whole Linear layer with the adapter, linear(input, weight, bias) plus the delta, when
     // the adapter computes it as one autograd operation (one forward, one backward); undefined
-    // when it does not, and the layer computes its base output and calls add_to.
+    // when it does not, and the layer computes its base output and calls add_to. With
+    // `refetch` (a streamed or quantized weight, host_matmul.h) the backward has the weight again
+    // from it rather than keeping `weight` alive.
     virtual at::Tensor linear(const at::Tensor& /*input*/, const at::Tensor& /*weight*/,
-                              const at::Tensor& /*bias*/) {
+                              const at::Tensor& /*bias*/, const WeightRefetch& /*refetch*/) {
         return {};
     }
 };
@@ -40,8 +44,11 @@ struct FetchedWeights {
 // Where a layer's frozen weight and bias come from when it computes. Without one, the layer uses
 // its parameters where they live. Block swapping (low_vram) keeps the parameters on the host and
 // fetches device copies for each forward — and for each recompute under gradient checkpointing —
-// which die with the computation that used them. One call per layer computation, weight and bias
-// together, so a source that copies ahead (stream prefetch) sees the order layers run in.
+// which die with the computation that used them; a Linear layer's backward fetches its weight
+// once more instead of keeping the forward's copy (host_matmul.h WeightRefetch), so at most the
+// layers computing at a moment (and a prefetch's copies ahead) hold device copies. One call per
+// layer computation, weight and bias together, so a source that copies ahead (stream prefetch)
+// sees the order layers run in.
 class WeightSource {
   public:
     virtual ~WeightSource() = default;

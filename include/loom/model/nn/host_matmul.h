@@ -3,6 +3,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include <functional>
+
 namespace loom {
 
 // rows · weightᵀ (+ bias) for a 2-D `rows` [M, K] and `weight` [N, K] of any strides (a
@@ -20,9 +22,21 @@ at::Tensor linear_rows(const at::Tensor& rows, const at::Tensor& weight,
 // Whether linear_rows has oneDNN's kernel (this torch has it and LOOM_HOST_MATMUL is not torch).
 bool host_matmul_uses_onednn();
 
+// A frozen layer's weight had again for its backward, instead of the forward's copy kept alive
+// until then: a weight streamed from the host is copied once more, a quantized one dequantized
+// once more (train/low_vram.h), so the device holds a layer's copy only while the layer computes.
+using WeightRefetch = std::function<at::Tensor()>;
+
 // at::linear(x, weight, bias) for a frozen layer (weight and bias without gradients; `bias` may be
 // undefined), its forward and its input gradient through linear_rows where oneDNN applies. A
-// weight that trains, or a tensor oneDNN does not take, goes to at::linear unchanged.
-at::Tensor frozen_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+// weight that trains, or a tensor oneDNN does not take, goes to at::linear unchanged. With
+// `refetch`, the backward calls it for the weight and nothing of it is saved (any dtype, device).
+at::Tensor frozen_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const WeightRefetch& refetch = {});
+
+// How a custom autograd function carries a WeightRefetch to its backward (saved_data holds
+// IValues): as a capsule, and back.
+c10::IValue refetch_capsule(const WeightRefetch& refetch);
+WeightRefetch refetch_of(const c10::IValue& capsule);
 
 }  // namespace loom
