@@ -13,6 +13,7 @@ ROUNDS="${1:-5}"; REPEATS="${2:-3}"; THREADS="${3:-2}"; BATCH="${4:-1}"; LATENT=
 TOKENS="${6:-64}"; RANK="${7:-16}"
 PY=.venv/bin/python
 BIN="${LOOM_BUILD_DIR:-build}/bench/bench_flux_lora_step"
+cmake --build "${LOOM_BUILD_DIR:-build}" --target bench_flux_lora_step >/dev/null  # not in the default build
 FAMILY="${BENCH_FAMILY:-flux}"
 case "$FAMILY" in
   flux) MODEL="${LOOM_BUILD_DIR:-build}/bench_flux"; MAKE_ARGS=() ;;

@@ -10,6 +10,7 @@ cd "$ROOT"
 ROUNDS="${1:-5}"; REPEATS="${2:-3}"; THREADS="${3:-2}"; BATCH="${4:-1}"; SIZE="${5:-32}"
 PY=.venv/bin/python
 BIN="${LOOM_BUILD_DIR:-build}/bench/bench_unet_step"
+cmake --build "${LOOM_BUILD_DIR:-build}" --target bench_unet_step >/dev/null  # not in the default build
 MODEL="${LOOM_BUILD_DIR:-build}/bench_unet"
 [ -f "$MODEL/unet/config.json" ] || "$PY" bench/make_bench_unet.py "$MODEL"
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"

@@ -12,6 +12,7 @@ ROUNDS="${1:-5}"; REPEATS="${2:-3}"; THREADS="${3:-2}"; BATCH="${4:-1}"; FRAMES=
 LATENT="${6:-16}"; TOKENS="${7:-64}"; RANK="${8:-16}"
 PY=.venv/bin/python
 BIN="${LOOM_BUILD_DIR:-build}/bench/bench_wan_lora_step"
+cmake --build "${LOOM_BUILD_DIR:-build}" --target bench_wan_lora_step >/dev/null  # not in the default build
 MODEL="${LOOM_BUILD_DIR:-build}/bench_wan"
 [ -f "$MODEL/transformer/config.json" ] || "$PY" bench/make_bench_wan.py "$MODEL"
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "loom/device/host_memory.h"
@@ -10,9 +12,18 @@ namespace loom {
 
 namespace {
 
+// LOOM_HOST_CONV=torch leaves every convolution to torch (for comparisons, docs/BENCHMARKS.md).
+bool left_to_torch() {
+    static const bool torch_only = [] {
+        const char* choice = std::getenv("LOOM_HOST_CONV");
+        return choice != nullptr && std::strcmp(choice, "torch") == 0;
+    }();
+    return torch_only;
+}
+
 bool reduced_precision_on_host(const at::Tensor& x, const at::Tensor& weight) {
     const at::ScalarType dtype = x.scalar_type();
-    return x.device().is_cpu() && x.layout() == at::kStrided &&
+    return !left_to_torch() && x.device().is_cpu() && x.layout() == at::kStrided &&
            (dtype == at::kBFloat16 || dtype == at::kHalf) && weight.scalar_type() == dtype &&
            weight.device().is_cpu();
 }

@@ -16,7 +16,8 @@ namespace loom {
 // (float32 accumulation), so the result differs from torch's CPU kernel only in summation order.
 // The float32 working copies are made as host memory (device/host_memory.h): on `sim` the budget
 // sees the reduced-precision output a device's kernel makes, not this CPU's way of computing it.
-// Anything else — other dtypes and devices, or a convolution autograd records — goes to torch.
+// Anything else — other dtypes and devices, or a convolution autograd records — goes to torch,
+// and so does everything with LOOM_HOST_CONV=torch (for comparisons).
 at::Tensor frozen_conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
                        int64_t groups = 1);
