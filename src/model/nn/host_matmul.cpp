@@ -10,9 +10,20 @@
 #include <string>
 #include <vector>
 
+#include "loom/device/host_memory.h"
+
 namespace loom {
 
 namespace {
+
+// LOOM_HOST_MATMUL=torch: torch's kernels everywhere (for comparisons).
+bool torch_only() {
+    static const bool only = [] {
+        const char* choice = std::getenv("LOOM_HOST_MATMUL");
+        return choice != nullptr && std::strcmp(choice, "torch") == 0;
+    }();
+    return only;
+}
 
 // oneDNN's Linear kernel as torch registers it for its CPU compiler (no autograd formula: it is
 // called only where autograd is off, inside a custom Function or under no_grad), or nothing when
@@ -20,8 +31,7 @@ namespace {
 const c10::OperatorHandle* onednn_linear() {
     static const std::optional<c10::OperatorHandle> op =
         []() -> std::optional<c10::OperatorHandle> {
-        const char* choice = std::getenv("LOOM_HOST_MATMUL");
-        if (choice != nullptr && std::strcmp(choice, "torch") == 0) return std::nullopt;
+        if (torch_only()) return std::nullopt;
         return c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
     }();
     return op ? &*op : nullptr;
@@ -29,6 +39,21 @@ const c10::OperatorHandle* onednn_linear() {
 
 bool host_float(const at::Tensor& t) {
     return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+}
+
+bool host_reduced(const at::Tensor& t) {
+    return t.device().is_cpu() && t.layout() == at::kStrided &&
+           (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf);
+}
+
+// Reduced-precision operands of one dtype on the host, outside autograd: the product computed in
+// float32 and rounded once (see linear_rows).
+bool float32_for_reduced(const at::Tensor& rows, const at::Tensor& weight,
+                         const c10::optional<at::Tensor>& bias) {
+    if (at::GradMode::is_enabled() || torch_only() || !host_reduced(rows)) return false;
+    const at::ScalarType dtype = rows.scalar_type();
+    return weight.scalar_type() == dtype && host_reduced(weight) &&
+           (!bias || (bias->scalar_type() == dtype && host_reduced(*bias)));
 }
 
 struct RefetchHolder : torch::CustomClassHolder {
@@ -69,6 +94,15 @@ class FrozenLinearFunction : public torch::autograd::Function<FrozenLinearFuncti
 
 at::Tensor linear_rows(const at::Tensor& rows, const at::Tensor& weight,
                        const c10::optional<at::Tensor>& bias) {
+    if (float32_for_reduced(rows, weight, bias)) {
+        at::Tensor y;
+        {
+            const HostAllocations working_copies;
+            y = linear_rows(rows.to(at::kFloat), weight.to(at::kFloat),
+                            bias ? c10::optional<at::Tensor>(bias->to(at::kFloat)) : c10::nullopt);
+        }
+        return y.to(rows.scalar_type());
+    }
     const c10::OperatorHandle* op = onednn_linear();
     if (op != nullptr && !at::GradMode::is_enabled() && rows.dim() == 2 && weight.dim() == 2 &&
         host_float(rows) && host_float(weight) && (!bias || host_float(*bias)) &&
@@ -99,8 +133,12 @@ at::Tensor frozen_linear(const at::Tensor& x, const at::Tensor& weight, const at
     if (refetch && frozen && x.dim() >= 2 && x.requires_grad() && at::GradMode::is_enabled()) {
         return FrozenLinearFunction::apply(x, weight, b, refetch);
     }
-    if (onednn_linear() == nullptr || !frozen || x.dim() < 2 || !host_float(x) ||
-        !host_float(weight) || (bias.defined() && !host_float(bias))) {
+    const bool float_kernel = onednn_linear() != nullptr && host_float(x) && host_float(weight) &&
+                              (!bias.defined() || host_float(bias));
+    const bool reduced_kernel = !torch_only() && host_reduced(x) &&
+                                weight.scalar_type() == x.scalar_type() &&
+                                (!bias.defined() || bias.scalar_type() == x.scalar_type());
+    if (!frozen || x.dim() < 2 || !(float_kernel || reduced_kernel)) {
         return at::linear(x, weight, bias);
     }
     return FrozenLinearFunction::apply(x, weight, b, WeightRefetch());

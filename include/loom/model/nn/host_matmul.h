@@ -14,8 +14,13 @@ namespace loom {
 // Float32 on the host runs oneDNN's matmul (torch's mkldnn::_linear_pointwise) rather than
 // torch's addmm, which calls MKL's sgemm: on AMD processors MKL picks its generic kernel, about
 // half oneDNN's speed at a Linear layer's shapes (docs/BENCHMARKS.md). Both are IEEE float32
-// products that differ only in summation order. Every other dtype and device, and a torch built
-// without oneDNN, take addmm. LOOM_HOST_MATMUL=torch takes addmm everywhere (for comparisons).
+// products that differ only in summation order. bfloat16 or float16 on the host is computed in
+// float32 the same way and rounded once: a CPU without AVX-512 has no reduced-precision GEMM in
+// torch, whose reference loop is tens of times slower, and one rounding of a float32 sum is what
+// a GPU's bf16 GEMM gives (float32 accumulation). The float32 working copies are host memory
+// (device/host_memory.h): on `sim` the budget sees the bf16 product a device would make. Every
+// other device, and a torch built without oneDNN, take addmm. LOOM_HOST_MATMUL=torch takes addmm
+// everywhere (for comparisons).
 at::Tensor linear_rows(const at::Tensor& rows, const at::Tensor& weight,
                        const c10::optional<at::Tensor>& bias = c10::nullopt);
 
@@ -28,9 +33,10 @@ bool host_matmul_uses_onednn();
 using WeightRefetch = std::function<at::Tensor()>;
 
 // at::linear(x, weight, bias) for a frozen layer (weight and bias without gradients; `bias` may be
-// undefined), its forward and its input gradient through linear_rows where oneDNN applies. A
-// weight that trains, or a tensor oneDNN does not take, goes to at::linear unchanged. With
-// `refetch`, the backward calls it for the weight and nothing of it is saved (any dtype, device).
+// undefined), its forward and its input gradient through linear_rows where oneDNN applies or the
+// operands are bf16/fp16 on the host. A weight that trains, or other tensors, go to at::linear
+// unchanged. With `refetch`, the backward calls it for the weight and nothing of it is saved (any
+// dtype, device).
 at::Tensor frozen_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                          const WeightRefetch& refetch = {});
 
