@@ -26,21 +26,13 @@ from tiny_data import add_images
 from safetensors.numpy import load_file
 
 
-PLAN = """train: {{gradient_checkpointing: true, batch_size: 1, gradient_accumulation: 1}}
-datasets: {{max_bucket_pixels: null, num_frames: 1}}
-model: {{low_vram: {level}}}
-sample: {{enabled: false, width: 64, height: 64, batch_prompts: true, batch_guidance: true, num_frames: 1}}
-host: {{memory_caches: true, threads: 0}}
-"""
-
 
 def run_level(loom, work, level, steps, size):
     name = f"level{level}"
     run = os.path.join(work, "runs", name)
     shutil.rmtree(run, ignore_errors=True)
     os.makedirs(run)
-    with open(os.path.join(run, "plan.yaml"), "w") as f:
-        f.write(PLAN.format(level=level))
+    loom_job.write_level_plan(run, level)
     job = os.path.join(work, name + ".yaml")
     with open(job, "w") as f:
         f.write(loom_job.job_yaml(name, work, "sim", 5, 4, 1000, f"""      datasets:

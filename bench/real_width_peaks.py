@@ -20,21 +20,13 @@ import sys
 import loom_job
 from tiny_data import add_images
 
-PLAN = """train: {{gradient_checkpointing: true, batch_size: 1, gradient_accumulation: 1}}
-datasets: {{max_bucket_pixels: null, num_frames: 1}}
-model: {{low_vram: {level}}}
-sample: {{enabled: false, width: 64, height: 64, batch_prompts: true, batch_guidance: true, num_frames: 1}}
-host: {{memory_caches: true, threads: 0}}
-"""
-
 
 def run(loom, model, work, tag, level):
     name = f"{tag}_level{level}"
     run_dir = os.path.join(work, "runs", name)
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
-    with open(os.path.join(run_dir, "plan.yaml"), "w") as f:
-        f.write(PLAN.format(level=level))
+    loom_job.write_level_plan(run_dir, level)
     job = os.path.join(work, name + ".yaml")
     with open(job, "w") as f:
         f.write(loom_job.job_yaml(name, work, "sim", 5, 16, 1000, f"""      datasets:
