@@ -60,6 +60,7 @@ PARTS=(
   "step_oom      30   300"
   "sample_oom    30   300"
   "low_vram      40   300"
+  "streamed_blocks 60 400"
   "throughput   110   600"
   "dirty         15   120"
   "dist_one_rank 25   180"

@@ -14,8 +14,8 @@ import platform
 import subprocess
 import sys
 
-ORDER = ["build", "gpu_tests", "models", "step_oom", "sample_oom", "low_vram", "throughput",
-         "dirty", "dist_one_rank"]
+ORDER = ["build", "gpu_tests", "models", "step_oom", "sample_oom", "low_vram", "streamed_blocks",
+         "throughput", "dirty", "dist_one_rank"]
 
 
 def run(cmd):
@@ -100,6 +100,14 @@ def figures(name, r):
             t = row["step_seconds"]
             cells.append(f"{label} {mib(peak)} {t * 1000:.0f} ms" if t else f"{label} {mib(peak)}")
         return "; ".join(cells) + f"; prefetch / level 2 = {r['prefetch_step_over_level2']}"
+    if name == "streamed_blocks":
+        cells = [f"cap {mib(r['cap'])} (level 2 {mib(r['level2_peak'])}, every block "
+                 f"{mib(r['every_block_peak'])}): the ladder streamed {r['blocks']} blocks"]
+        for row in r["counts"]:
+            label = f"N={row['streamed_blocks'] or 'all'}" + ("+prefetch" if row["stream_prefetch"] else "")
+            t = row["step_seconds"]
+            cells.append(f"{label} {mib(row['peak_allocated'])}" + (f" {t * 1000:.0f} ms" if t else ""))
+        return "; ".join(cells)
     if name == "throughput":
         cells = [f"b{c['batch']}{' gc' if c['gradient_checkpointing'] else ''}: loom "
                  f"{c['loom_it_s']} it/s, reference {c['reference_it_s']} it/s, "

@@ -25,6 +25,7 @@ throughput comparison), which is how CI proves the script before any GPU is avai
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -71,7 +72,8 @@ class Failure(Exception):
 
 
 def write_job(path, name, work, s, data, steps, batch, checkpointing, probe=False,
-              sample=None, vram=None, low_vram=0, perf=None, device=None, seed=3):
+              sample=None, vram=None, low_vram=0, perf=None, device=None, seed=3,
+              streamed_blocks=None):
     """One ai-toolkit sd_trainer job; `sample` = preview size (None: sampling off)."""
     sampling = (f"""        disable_sampling: false
         skip_first_sample: false""" if sample else "        disable_sampling: true")
@@ -83,6 +85,8 @@ def write_job(path, name, work, s, data, steps, batch, checkpointing, probe=Fals
         sample_every: 1000000
         guidance_scale: 5.0""" if sample else "      sample: {prompts: ['x']}")
     oom = {"probe": str(probe).lower(), "reuse_stable": '"off"', "low_vram_level": low_vram}
+    if streamed_blocks is not None:
+        oom["streamed_blocks"] = streamed_blocks
     if vram or s.roomy:
         oom["vram_limit"] = vram or s.roomy
     perf_block = ""
@@ -250,6 +254,44 @@ def scenario_low_vram(loom, work, s):
     return result, checks
 
 
+def scenario_streamed_blocks(loom, work, s):
+    """Block streaming as a count (issue 64): a cap between level 3's step peak with every block
+    streaming and level 2's; the run starts at level 2 with the probe on and the ladder picks how
+    many blocks stream. Then level 3 with 1 block, half of them and every one streaming, on the
+    compute stream and with the side-stream prefetch: the step time per count."""
+    data = os.path.join(work, "data")
+    job = dict(data=data, batch=1, checkpointing=True)
+    level2 = probe_peaks(loom, work, "level2", s, low_vram=2, **job)["train"]
+    every = probe_peaks(loom, work, "every_block", s, low_vram=3, **job)["train"]
+    cap = every + (level2 - every) // 2
+    events, metrics, _ = train_ok(loom, work, "ladder", s, steps=s.steps, probe=True,
+                                  vram=kib(cap), low_vram=2, **job)
+    changes = [e for e in events if e["event"] == "change"]
+    plan_text = changes[-1]["plan"] if changes else ""
+    blocks = None
+    for e in events:  # "(N of M blocks stream from the host: ...)" in the rung's reason
+        found = re.search(r"\((\d+) of (\d+) blocks stream from the host", e.get("reason", ""))
+        if found:
+            blocks = int(found.group(1))
+    counts = sorted({1, max(1, (blocks or 2) // 2), 0})
+    rows = []
+    for count in counts:
+        for prefetch in (False, True):
+            name = f"n{count}" + ("_prefetch" if prefetch else "")
+            _, m, _ = train_ok(loom, work, name, s, steps=s.steps, low_vram=3,
+                               streamed_blocks=count,
+                               perf={"stream_prefetch": True} if prefetch else None, **job)
+            rows.append({"streamed_blocks": count, "stream_prefetch": prefetch,
+                         "peak_allocated": max(x["peak_allocated"] for x in m),
+                         "step_seconds": step_times(m)})
+    result = {"cap": cap, "level2_peak": level2, "every_block_peak": every,
+              "ladder_plan": plan_text, "ladder_rules": [c["rule"] for c in changes],
+              "ladder_steps": len(metrics), "blocks": blocks, "counts": rows}
+    checks = {"the ladder's run trained every step": len(metrics) == s.steps,
+              "every count trained": len(rows) == 2 * len(counts)}
+    return result, checks
+
+
 def loom_rate(loom, work, name, s, data, batch, checkpointing, perf=None):
     _, metrics, _ = train_ok(loom, work, name, s, data=data, steps=s.throughput_steps,
                              batch=batch, checkpointing=checkpointing,
@@ -402,7 +444,8 @@ def iso_seconds(text):
 
 
 SCENARIOS = {"step_oom": scenario_step_oom, "sample_oom": scenario_sample_oom,
-             "low_vram": scenario_low_vram, "throughput": scenario_throughput,
+             "low_vram": scenario_low_vram, "streamed_blocks": scenario_streamed_blocks,
+             "throughput": scenario_throughput,
              "dirty": scenario_dirty, "dist_one_rank": scenario_dist_one_rank}
 
 

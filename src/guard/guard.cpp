@@ -249,12 +249,15 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
         return false;
     }
     // low_vram only goes up within a run (quantized weights cannot become float32 again without
-    // a reload), so scale-up passes over it.
+    // a reload), so scale-up passes over it — except level 3's streaming, which it brings back
+    // block by block and at last to level 2.
     auto change = std::find_if(taken_.rbegin(), taken_.rend(), [](const Taken& t) {
-        return !t.pinned && t.before.low_vram == t.after.low_vram;
+        return !t.pinned && (t.before.low_vram == t.after.low_vram ||
+                             (t.before.low_vram == 2 && t.after.low_vram == 3));
     });
     if (change == taken_.rend()) return false;
-    const Plan candidate = undo_change(plan_, change->before, change->after);
+    bool whole = true;
+    const Plan candidate = scale_up_candidate(*change, whole);
     const std::vector<KnobChange> knobs = diff(plan_, candidate);
     const std::string knob_text = knob_changes_text(knobs);
     target_->apply_plan(plan_, candidate);
@@ -295,11 +298,41 @@ bool Guard::maybe_scale_up(std::int64_t step, const std::function<void(const Pla
     }
     const std::string rule = change->rule;
     plan_ = candidate;
-    taken_.erase(std::next(change).base());
+    if (whole) taken_.erase(std::next(change).base());
     if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
     plan_changed();
     guard_log().warn("{}", to_line(ScaleUpKeptLine{knobs, rule, m.peak_allocated, m.total}));
     return true;
+}
+
+Plan Guard::scale_up_candidate(const Taken& change, bool& whole) const {
+    whole = true;
+    const Plan undone = undo_change(plan_, change.before, change.after);
+    const int blocks = static_cast<int>(options_.context.block_bytes.size());
+    const int before = change.before.streaming(blocks);
+    const int now = plan_.streaming(blocks);
+    if (blocks == 0 || change.after.streaming(blocks) <= before || now - 1 <= before) {
+        return undone;
+    }
+    whole = false;
+    Plan p = plan_;
+    p.streamed_blocks = now - 1;
+    return p;
+}
+
+void Guard::set_starting_streamed_blocks(int count) {
+    if (changes_ != 0 || plan_.low_vram < 3) {
+        throw Error(
+            "the starting plan's streamed blocks are set before any plan change, at level 3");
+    }
+    plan_.streamed_blocks = count;
+    job_plan_.streamed_blocks = count;
+    if (!options_.plan_file.empty()) save_plan(options_.plan_file, plan_);
+}
+
+void Guard::set_stream_facts(std::vector<std::uint64_t> block_bytes, std::uint64_t overhead) {
+    options_.context.block_bytes = std::move(block_bytes);
+    options_.context.stream_overhead = overhead;
 }
 
 void Guard::note_bucket(int width, int height, int frames) {

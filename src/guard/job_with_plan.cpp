@@ -39,6 +39,9 @@ config::Job job_with_plan(const config::Job& job, std::size_t process_index, con
         p.choices.arch && config::expert_count(config::arch_info(*p.choices.arch).family) > 1;
     if (experts && !plan.idle_expert_on_host) p.model.low_vram = false;
     if (plan.low_vram < 2) p.model.quantize = false;
+    // ai-toolkit's layer offloading starts at level 3; the plan's count is oom.streamed_blocks.
+    if (plan.low_vram < 3) p.model.layer_offloading = false;
+    p.model.layer_offloading_transformer_percent = 1.0;
     // The qtypes as loom names them (a word loom replaced, "uint3", is written as what it used).
     p.model.qtype = config::to_string(plan.qtype);
     p.model.quantize_te = plan.qtype_te.has_value();

@@ -136,7 +136,8 @@ std::optional<Decision> first_rung(LadderBranch branch, const Plan& plan, const 
             return std::nullopt;
         }
         return retry_with(plan, *next, row.spec.rule,
-                          why + (row.reason_detail ? row.reason_detail(event) : std::string()));
+                          why + (row.reason_detail ? row.reason_detail(plan, *next, event, context)
+                                                   : std::string()));
     };
     for (const LadderRow& row : ladder_rows()) {
         if (row.spec.branch != branch) continue;
@@ -228,11 +229,12 @@ bool reversible_change(const Plan& from, const Plan& to) {
     p.batch_size = to.batch_size;
     p.gradient_accumulation = to.gradient_accumulation;
     p.low_vram = to.low_vram;
+    p.streamed_blocks = to.streamed_blocks;
     return p == to;
 }
 
 std::vector<Plan> measured_candidates(const Plan& base, const Plan& job, const History& history,
-                                      const PolicyContext& context) {
+                                      const PolicyContext& context, int streamed_blocks) {
     std::vector<bool> checkpointing{job.gradient_checkpointing};
     if (!job.gradient_checkpointing) checkpointing.push_back(true);
     // Micro-batches from the job's (or the plan's, if larger) down to 1, each dividing the
@@ -257,6 +259,11 @@ std::vector<Plan> measured_candidates(const Plan& base, const Plan& job, const H
                 p.batch_size = batch;
                 p.gradient_accumulation = effective / batch;
                 p.low_vram = level;
+                if (level < 3) {
+                    p.streamed_blocks = 0;
+                } else if (base.low_vram < 3) {
+                    p.streamed_blocks = streamed_blocks;
+                }
                 // A plan that needs at least what a failed one needed, knob by knob, fails too.
                 const bool doomed =
                     std::any_of(history.failed.begin(), history.failed.end(), [&](const auto& f) {

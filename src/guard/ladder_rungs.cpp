@@ -38,7 +38,8 @@ std::optional<Plan> halve_sample_size(const Plan& plan, const OomEvent& event, c
     return p;
 }
 
-std::string sample_floor_detail(const OomEvent& event) {
+std::string sample_floor_detail(const Plan&, const Plan&, const OomEvent& event,
+                                const PolicyContext&) {
     return " (floor " + std::to_string(sample_floor(event.buckets.smallest_side)) + " px)";
 }
 
@@ -80,12 +81,87 @@ std::optional<Plan> idle_expert_to_host(const Plan& plan, const OomEvent&, const
     return p;
 }
 
-std::optional<Plan> low_vram_next(const Plan& plan, const OomEvent&, const History&,
+// What the failed attempt lacked: the memory in use when it failed plus the allocation that
+// failed, beyond the device's capacity, and at least that allocation; nullopt when the error did
+// not say how much it asked for.
+std::optional<std::uint64_t> shortfall(const OomEvent& event) {
+    if (!event.bytes_requested || event.memory.total == 0) return std::nullopt;
+    const std::uint64_t wanted = event.memory.peak_allocated + *event.bytes_requested;
+    const std::uint64_t over = wanted > event.memory.total ? wanted - event.memory.total : 0;
+    return std::max(over, *event.bytes_requested);
+}
+
+// The count that streams the `streaming` blocks already streamed and as many more, in the
+// context's streaming order, as free `need` bytes (at least one more); 0 when that is every block.
+int blocks_freeing(int streaming, std::uint64_t need, const PolicyContext& context) {
+    const int blocks = static_cast<int>(context.block_bytes.size());
+    std::uint64_t freed = 0;
+    int n = streaming;
+    while (n < blocks && freed < need) freed += context.block_bytes[n++];
+    n = std::max(n, streaming + 1);
+    return n >= blocks ? 0 : n;
+}
+
+// Level 3 streams the fewest blocks that cover the shortfall and what streaming itself adds to a
+// step (the fetched copies in flight); every block when the blocks or the shortfall are unknown;
+// one after the cache phase.
+std::optional<Plan> low_vram_next(const Plan& plan, const OomEvent& event, const History&,
                                   const PolicyContext& context) {
     if (plan.low_vram >= context.low_vram_levels) return std::nullopt;
     Plan p = plan;
     p.low_vram = plan.low_vram + 1;
+    p.streamed_blocks = 0;
+    const std::optional<std::uint64_t> lacking = shortfall(event);
+    if (p.low_vram != 3 || context.block_bytes.empty()) return p;
+    if (event.work == Work::kCache) {
+        // What the cache phase lacked was room for the encoders, which compute on the host at
+        // level 3: one block streams, and a step that needs more streams more (the probe's first).
+        p.streamed_blocks = context.block_bytes.size() > 1 ? 1 : 0;
+    } else if (lacking) {
+        p.streamed_blocks = blocks_freeing(0, *lacking + context.stream_overhead, context);
+    }
     return p;
+}
+
+// At level 3 with blocks still on the device: the fewest more that cover the new shortfall (twice
+// as many without one, or every block when the blocks are unknown).
+std::optional<Plan> more_streamed_blocks(const Plan& plan, const OomEvent& event, const History&,
+                                         const PolicyContext& context) {
+    if (plan.low_vram < 3 || plan.streamed_blocks == 0) return std::nullopt;
+    const int blocks = static_cast<int>(context.block_bytes.size());
+    Plan p = plan;
+    p.streamed_blocks = 0;
+    if (blocks == 0) return p;
+    const int streaming = plan.streaming(blocks);
+    if (streaming >= blocks) return std::nullopt;
+    const std::optional<std::uint64_t> lacking = shortfall(event);
+    if (lacking) {
+        p.streamed_blocks = blocks_freeing(streaming, *lacking, context);
+    } else if (2 * streaming < blocks) {
+        p.streamed_blocks = 2 * streaming;
+    }
+    return p;
+}
+
+// "(5 of 12 blocks stream: 3.1 GiB for a shortfall of 2.4 GiB)".
+std::string streaming_detail(const Plan& from, const Plan& to, const OomEvent& event,
+                             const PolicyContext& context) {
+    const int blocks = static_cast<int>(context.block_bytes.size());
+    if (to.low_vram < 3 || blocks == 0) return std::string();
+    const int before = from.streaming(blocks);
+    const int after = to.streaming(blocks);
+    std::uint64_t freed = 0;
+    for (int i = before; i < after; ++i) freed += context.block_bytes[i];
+    std::string text = " (" + std::to_string(after) + " of " + std::to_string(blocks) +
+                       " blocks stream from the host: " + format_bytes_human(freed) + " more";
+    if (event.work == Work::kCache && before == 0) {
+        text += "; the encoders compute on the host at level 3";
+    } else if (const std::optional<std::uint64_t> lacking = shortfall(event)) {
+        text += " for a shortfall of " + format_bytes_human(*lacking);
+        if (before == 0)
+            text += " and " + format_bytes_human(context.stream_overhead) + " of fetched copies";
+    }
+    return text + ")";
 }
 
 std::optional<Plan> drop_largest_bucket(const Plan& plan, const OomEvent& event, const History&,
@@ -262,7 +338,18 @@ std::vector<LadderRow> build_rows() {
                               "the last rung: keep less of the model on the device",
                               kLowVramAdvice,
                               kLowVramFlags},
-                             low_vram_next};
+                             low_vram_next,
+                             streaming_detail};
+    const LadderRow more_streamed{
+        {"train.more_streamed_blocks",
+         B::kTrainImage,
+         {"model.streamed_blocks"},
+         "block streaming keeps some blocks on the device; more of them stream from the host",
+         "stream more of the model's blocks from the host (ai-toolkit: a larger "
+         "`model.layer_offloading_transformer_percent`; loom: `oom.streamed_blocks`)",
+         "swap more blocks to the CPU (musubi-tuner / sd-scripts: a larger `--blocks_to_swap`)"},
+        more_streamed_blocks,
+        streaming_detail};
     const RungSpec frames{"train.fewer_frames",
                           B::kTrainVideo,
                           {"datasets.num_frames"},
@@ -317,7 +404,16 @@ std::vector<LadderRow> build_rows() {
           "loading and caching run before batches and buckets exist",
           kLowVramAdvice,
           kLowVramFlags},
-         low_vram_next},
+         low_vram_next,
+         streaming_detail},
+        {{"load.more_streamed_blocks",
+          B::kLoadCache,
+          {"model.streamed_blocks"},
+          "loading needs the blocks still on the device; more of them stream from the host",
+          more_streamed.spec.advice,
+          more_streamed.spec.flag_advice},
+         more_streamed_blocks,
+         streaming_detail},
         idle_expert,
         encoders_off,
         sometimes,
@@ -326,6 +422,7 @@ std::vector<LadderRow> build_rows() {
         bucket,
         sampling,
         low_vram,
+        more_streamed,
         // Frames are a video model's largest lever: halved once first (the guide's order), then,
         // after batch, checkpointing and buckets, again down to a single frame.
         in(B::kTrainVideo, idle_expert),
@@ -338,6 +435,7 @@ std::vector<LadderRow> build_rows() {
         {frames, fewer_frames_again},
         in(B::kTrainVideo, sampling),
         in(B::kTrainVideo, low_vram),
+        in(B::kTrainVideo, more_streamed),
         {{"save.free_and_retry",
           B::kSave,
           {},
@@ -354,7 +452,16 @@ std::vector<LadderRow> build_rows() {
           "the save failed again after freeing memory",
           kLowVramAdvice,
           kLowVramFlags},
-         low_vram_next},
+         low_vram_next,
+         streaming_detail},
+        {{"save.more_streamed_blocks",
+          B::kSave,
+          {"model.streamed_blocks"},
+          "the save failed again with blocks still on the device",
+          more_streamed.spec.advice,
+          more_streamed.spec.flag_advice},
+         more_streamed_blocks,
+         streaming_detail},
         {{"host.caches_to_disk",
           B::kHost,
           {"host.memory_caches"},

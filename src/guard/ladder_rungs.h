@@ -19,8 +19,10 @@ using Candidate = std::optional<Plan> (*)(const Plan&, const OomEvent&, const Hi
 struct LadderRow {
     RungSpec spec;
     Candidate candidate = nullptr;  // nullptr: the sampling branch's rows (kSamplingRungsRule)
-    // What the reason adds for this event (sample.halve_size: the floor).
-    std::string (*reason_detail)(const OomEvent&) = nullptr;
+    // What the reason adds for this change (sample.halve_size: the floor; the streaming rungs: how
+    // many blocks, and the bytes they free against the shortfall).
+    std::string (*reason_detail)(const Plan& from, const Plan& to, const OomEvent&,
+                                 const PolicyContext&) = nullptr;
     // Taken as soon as it applies, even with the plan unchanged or already seen failing: a save
     // retried as it was, and the host ladder (its knobs are not the device ladder's).
     bool skips_history = false;

@@ -106,7 +106,8 @@ std::optional<int> Guard::measure_candidates(const std::vector<Plan>& candidates
 
 Decision Guard::measured_choice(const Decision& documented, const OomEvent& event) {
     const std::vector<Plan> candidates = preferred_first(
-        documented.plan, measured_candidates(plan_, job_plan_, history_, options_.context));
+        documented.plan, measured_candidates(plan_, job_plan_, history_, options_.context,
+                                             documented.plan.streaming_count()));
     if (candidates.size() < 2) return documented;
     std::string figures;
     const std::optional<int> best = measure_candidates(candidates, documented.rule, figures);
@@ -127,8 +128,9 @@ Decision Guard::measured_choice(const Decision& documented, const OomEvent& even
 }
 
 void Guard::measure_after(const Decision& taken, const OomEvent& event) {
-    const std::vector<Plan> candidates =
-        preferred_first(plan_, measured_candidates(plan_, job_plan_, history_, options_.context));
+    const std::vector<Plan> candidates = preferred_first(
+        plan_,
+        measured_candidates(plan_, job_plan_, history_, options_.context, plan_.streaming_count()));
     if (candidates.size() < 2) return;
     std::string figures;
     const std::optional<int> best = measure_candidates(candidates, taken.rule, figures);

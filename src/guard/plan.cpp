@@ -88,12 +88,12 @@ constexpr int knobs_in() {
 // stops compiling here (the bindings name every member; Plan's last two are the groups).
 [[maybe_unused]] void every_member_is_a_knob(const Plan& p) {
     [[maybe_unused]] const auto& [checkpointing, batch, accumulation, buckets, frames, low_vram,
-                                  idle_expert, qtype, qtype_te, sample, host] = p;
+                                  streamed_blocks, idle_expert, qtype, qtype_te, sample, host] = p;
     [[maybe_unused]] const auto& [enabled, width, height, prompts, guidance, sample_frames] =
         p.sample;
     [[maybe_unused]] const auto& [caches, threads] = p.host;
     static_assert(
-        knobs_in<Plan>() == 11 - 2 && knobs_in<SamplePlan>() == 6 && knobs_in<HostPlan>() == 2,
+        knobs_in<Plan>() == 12 - 2 && knobs_in<SamplePlan>() == 6 && knobs_in<HostPlan>() == 2,
         "every member of Plan, SamplePlan and HostPlan needs its entry in Plan::fields");
 }
 
@@ -127,6 +127,12 @@ Plan plan_from_job(const config::ProcessConfig& process) {
     // low_vram: true starts at the first sub-mode (encoders on the host); quantize: true at the
     // second (the base quantized in model.qtype). oom.low_vram_level may ask for more.
     p.low_vram = std::max(process.model.quantize ? 2 : process.model.low_vram ? 1 : 0, p.low_vram);
+    // ai-toolkit's layer offloading streams layers from host memory: level 3 (which also holds
+    // what stays resident quantized); its transformer percent becomes a count once the model's
+    // blocks are known (Trainer::load).
+    if (process.model.layer_offloading && process.model.layer_offloading_transformer_percent > 0) {
+        p.low_vram = std::max(p.low_vram, 3);
+    }
     // ai-toolkit's low_vram moves the Wan 2.2 expert that is not training to the CPU by hand.
     const bool experts = process.choices.arch &&
                          config::expert_count(config::arch_info(*process.choices.arch).family) > 1;
@@ -160,7 +166,15 @@ std::string describe(const Plan& p) {
     // Level 2 is where the qtypes act; below it they would only be noise in the WARN lines.
     if (p.low_vram >= 2) {
         out << " (base " << config::to_string(p.qtype) << ", text encoders "
-            << (p.qtype_te ? config::to_string(*p.qtype_te) : "bf16") << ")";
+            << (p.qtype_te ? config::to_string(*p.qtype_te) : "bf16");
+        if (p.low_vram >= 3) {
+            out << ", "
+                << (p.streamed_blocks == 0   ? std::string("every block")
+                    : p.streamed_blocks == 1 ? std::string("1 block")
+                                             : std::to_string(p.streamed_blocks) + " blocks")
+                << " streamed";
+        }
+        out << ")";
     }
     if (p.idle_expert_on_host) out << ", idle expert on the host";
     out << ", sampling ";

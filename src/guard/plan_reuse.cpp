@@ -27,9 +27,18 @@ std::int64_t scale(const Knob& knob, const T& value) {
     }
 }
 
+// The plan as the memory order reads it: below low_vram 3 no block streams, which weighs more
+// than any count streaming (whose 0, every block, weighs least).
+Plan ordered(Plan p) {
+    if (p.low_vram < 3) p.streamed_blocks = -1;
+    return p;
+}
+
 }  // namespace
 
-bool no_heavier(const Plan& a, const Plan& b) {
+bool no_heavier(const Plan& plan_a, const Plan& plan_b) {
+    const Plan a = ordered(plan_a);
+    const Plan b = ordered(plan_b);
     bool lighter = true;
     const PlanSection* switched_off = nullptr;  // off in `a`: its other knobs need no memory
     for_each_knob([&](const Knob& knob, const auto& field) {
@@ -47,7 +56,9 @@ bool no_heavier(const Plan& a, const Plan& b) {
     return lighter;
 }
 
-Plan lighter_of(const Plan& requested, const Plan& other) {
+Plan lighter_of(const Plan& requested_plan, const Plan& other_plan) {
+    const Plan requested = ordered(requested_plan);
+    const Plan other = ordered(other_plan);
     Plan p = requested;
     for_each_knob([&](const Knob& knob, const auto& field) {
         const std::int64_t r = scale(knob, field.of(requested));
@@ -65,6 +76,7 @@ Plan lighter_of(const Plan& requested, const Plan& other) {
     const int effective = requested.effective_batch();
     if (effective % p.batch_size != 0) p.batch_size = 1;
     p.gradient_accumulation = effective / p.batch_size;
+    if (p.low_vram < 3) p.streamed_blocks = 0;
     return p;
 }
 

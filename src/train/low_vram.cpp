@@ -39,7 +39,7 @@ void LowVramMode::encoders_to(bool device) {
     }
 }
 
-void LowVramMode::place_model(int level) {
+void LowVramMode::place_model(int level, int streamed_blocks) {
     if (options_.channels_last) {
         // Still host-resident: converted where it lies, and every copy placement makes keeps it.
         HostAllocations host;
@@ -50,7 +50,7 @@ void LowVramMode::place_model(int level) {
     if (level >= 2) reduce_base(false);  // still host-resident: the device never sees float32
     // Streamed block weights never visit the device: loading must fit where training does, or
     // the load phase's ladder (which raises low_vram) could not help.
-    if (level >= 3) stream_blocks();
+    if (level >= 3) set_streamed_blocks(streamed_blocks);
     collect_parked();
     move(model_.denoiser(), device_, true,
          [this](const at::Tensor& t) { return stays(t) || parked(t); });
@@ -91,14 +91,14 @@ void LowVramMode::restore_originals() {
     originals_.clear();
 }
 
-void LowVramMode::set_level(int level) {
+void LowVramMode::set_level(int level, int streamed_blocks) {
     if (level < level_) {
         if (level_ >= 2 && level < 2 && originals_.empty()) {
             throw Error("low_vram cannot go below 2 during a run (from " + std::to_string(level_) +
                         " to " + std::to_string(level) +
                         "): the float32 base weights were not kept");
         }
-        if (level_ == 3) unstream_blocks();
+        if (level_ == 3) stream_first(0);
         if (level_ >= 2 && level < 2) restore_originals();
         if (level_ >= 1 && level < 1 && encoder_scopes_ == 0) encoders_to(true);
         level_ = level;
@@ -106,8 +106,8 @@ void LowVramMode::set_level(int level) {
         return;
     }
     if (level_ < 1 && level >= 1 && encoder_scopes_ == 0) encoders_to(false);
-    if (level_ < 2 && level >= 2) reduce_base(true);  // the denoiser is on the device by now
-    if (level_ < 3 && level >= 3) stream_blocks();
+    if (level_ < 2 && level >= 2) reduce_base(true);       // the denoiser is on the device by now
+    if (level >= 3) set_streamed_blocks(streamed_blocks);  // more or fewer at level 3
     level_ = level;
     collect_parked();
 }

@@ -1,8 +1,14 @@
-// low_vram's block streaming (train/low_vram.h): the denoiser's block weights on the host, a
-// device copy fetched for each computation.
+// low_vram's block streaming (train/low_vram.h): the weights of the first N blocks of the
+// streaming order on the host, a device copy fetched for each computation; the other blocks
+// resident.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "loom/core/byte_size.h"
 #include "loom/core/error.h"
 #include "loom/core/logging.h"
 #include "loom/device/host_memory.h"
@@ -14,7 +20,6 @@
 namespace loom {
 
 using low_vram_detail::LayerParts;
-using low_vram_detail::move;
 using low_vram_detail::parts_of;
 
 namespace {
@@ -31,87 +36,185 @@ class DeviceFetch final : public WeightSource {
     const Device& device_;
 };
 
+// The block a layer's module path lies in: the family's prefix and, when the next component is an
+// index, that index ("transformer_blocks.3."); a prefix without one ("mid_block.") is one block.
+// Empty outside the blocks.
+std::string block_of(const DenoiserBlocks& blocks, const std::string& path) {
+    for (const std::string& prefix : blocks.prefixes) {
+        if (path.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::size_t dot = path.find('.', prefix.size());
+        if (dot == std::string::npos) return prefix;
+        const std::string next = path.substr(prefix.size(), dot - prefix.size());
+        const bool index = !next.empty() && std::all_of(next.begin(), next.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c)) != 0;
+        });
+        return index ? prefix + next + "." : prefix;
+    }
+    return {};
+}
+
+std::uint64_t nbytes(const at::Tensor& t) {
+    return t.defined() ? static_cast<std::uint64_t>(t.numel()) * t.element_size() : 0;
+}
+
 }  // namespace
 
-void LowVramMode::stream_blocks() {
-    torch::NoGradGuard no_grad;
-    std::vector<std::pair<torch::nn::Module*, LayerParts>> layers;
+std::vector<LowVramMode::StreamBlock>& LowVramMode::stream_order() {
+    if (!stream_order_.empty()) return stream_order_;
+    std::vector<StreamBlock> declared;  // in the family's order (the modules' registration)
+    std::map<std::string, std::size_t> index;
     for (const auto& item : model_.denoiser().named_modules("", /*include_self=*/false)) {
-        if (!model_.blocks().contains(item.key())) continue;
-        LayerParts parts = parts_of(*item.value());
-        if (parts.weight != nullptr) layers.emplace_back(item.value().get(), std::move(parts));
+        const std::string block = block_of(model_.blocks(), item.key());
+        if (block.empty() || parts_of(*item.value()).weight == nullptr) continue;
+        const auto [at, added] = index.emplace(block, declared.size());
+        if (added) declared.push_back({block, {}});
+        declared[at->second].layers.push_back(item.value().get());
     }
-    std::shared_ptr<WeightSource> source;
-    if (options_.stream_prefetch) {
-        prefetch_ = std::make_shared<PrefetchingWeightSource>(device_, layers.size());
-        source = prefetch_;
-    } else {
-        source = std::make_shared<DeviceFetch>(device_);
+    // The largest blocks first: each streamed block costs its bytes in copies every pass whichever
+    // it is, and a fixed cost per layer fetched, so the fewest blocks that free what the device
+    // lacks are the largest ones (Flux: a double block is twice a single one). Among equal blocks
+    // the last first, as musubi-tuner's blocks_to_swap takes them.
+    std::reverse(declared.begin(), declared.end());
+    std::stable_sort(declared.begin(), declared.end(),
+                     [this](const StreamBlock& a, const StreamBlock& b) {
+                         return block_bytes(a) > block_bytes(b);
+                     });
+    stream_order_ = std::move(declared);
+    if (!stream_order_.empty()) {
+        low_vram_log().info(
+            "{} {} blocks stream in this order when block streaming keeps some on the device: "
+            "the largest first ({} first, {}), the last first among equal ones",
+            stream_order_.size(), config::to_string(model_.arch()), stream_order_.front().name,
+            format_bytes_human(block_bytes(stream_order_.front())));
     }
-    for (auto& [module, l] : layers) {
-        streamed_layers_.push_back(module);
-        if (QuantizedFetch* q = quantized_source(module)) {
-            // Its codes and scales stream instead of a weight; the placeholder stays put.
-            for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {
-                if (!t->defined()) continue;
-                t->set_data(device_.to_host(t->data()));
-                streamed_.insert(t->unsafeGetTensorImpl());
+    return stream_order_;
+}
+
+std::uint64_t LowVramMode::block_bytes(const StreamBlock& block) const {
+    std::uint64_t bytes = 0;
+    for (torch::nn::Module* m : block.layers) {
+        const LayerParts parts = parts_of(*m);
+        const QuantizedFetch* q = quantized_source(m);
+        bytes += (q != nullptr ? static_cast<std::uint64_t>(q->bytes()) : nbytes(*parts.weight)) +
+                 nbytes(*parts.bias);
+    }
+    return bytes;
+}
+
+LowVramMode::StreamFacts LowVramMode::stream_facts() {
+    StreamFacts facts;
+    std::uint64_t largest_fetch = 0;
+    for (const StreamBlock& block : stream_order()) {
+        facts.block_bytes.push_back(block_bytes(block));
+        for (torch::nn::Module* m : block.layers) {
+            const LayerParts parts = parts_of(*m);
+            // A quantized layer's fetch holds its codes' copy and the weight they dequantize to.
+            const QuantizedFetch* q = quantized_source(m);
+            std::uint64_t fetch = nbytes(*parts.bias);
+            if (q != nullptr) {
+                std::int64_t numel = 1;
+                for (std::int64_t d : q->shape()) numel *= d;
+                fetch += static_cast<std::uint64_t>(q->bytes()) +
+                         static_cast<std::uint64_t>(numel) * c10::elementSize(q->dtype());
+            } else {
+                fetch += nbytes(*parts.weight);
             }
-            q->stream_through(source);
+            largest_fetch = std::max(largest_fetch, fetch);
+        }
+    }
+    const std::size_t depth = options_.stream_prefetch ? PrefetchingWeightSource::kDepth : 0;
+    facts.overhead = largest_fetch * (depth + 1);
+    return facts;
+}
+
+int LowVramMode::streamed_blocks() const {
+    return static_cast<int>(streaming_);
+}
+
+// Blocks that stop streaming come back all or nothing: every device copy is made before any
+// layer changes, so running out of memory here (the measured choice tries it on a tight device,
+// scale-up probes it) leaves the streaming exactly as it was. Then the source every streamed layer
+// fetches through is made anew for their count, and the blocks that start streaming leave the
+// device.
+void LowVramMode::stream_first(std::size_t count) {
+    torch::NoGradGuard no_grad;
+    std::vector<StreamBlock>& order = stream_order();
+    count = std::min(count, order.size());
+    if (count == streaming_ && (count == 0 || source_)) return;
+    const auto each_tensor = [this](torch::nn::Module* m, const auto& f) {
+        const LayerParts parts = parts_of(*m);
+        if (QuantizedFetch* q = quantized_source(m)) {
+            for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {
+                if (t->defined()) f(t);
+            }
         } else {
-            l.set_source(source);
-            l.weight->set_data(device_.to_host(l.weight->data()));
-            streamed_.insert(l.weight->unsafeGetTensorImpl());
+            f(parts.weight);
         }
-        if (l.bias->defined()) {
-            l.bias->set_data(device_.to_host(l.bias->data()));
-            streamed_.insert(l.bias->unsafeGetTensorImpl());
+        if (parts.bias->defined()) f(parts.bias);
+    };
+    std::vector<std::pair<at::Tensor*, at::Tensor>> copies;
+    for (std::size_t i = count; i < streaming_; ++i) {
+        for (torch::nn::Module* m : order[i].layers) {
+            // A parked expert's weights stop streaming and wait on the host with the rest of it.
+            each_tensor(m, [&](at::Tensor* t) {
+                if (!parked(*t)) copies.emplace_back(t, device_.to_device(t->data()));
+            });
         }
+    }
+    if (prefetch_) prefetch_->drop();
+    for (auto& [tensor, copy] : copies) tensor->set_data(copy);
+    for (std::size_t i = count; i < streaming_; ++i) {
+        for (torch::nn::Module* m : order[i].layers) {
+            each_tensor(m, [&](at::Tensor* t) { streamed_.erase(t->unsafeGetTensorImpl()); });
+            if (QuantizedFetch* q = quantized_source(m)) {
+                q->stream_through(nullptr);
+            } else {
+                parts_of(*m).set_source(nullptr);
+            }
+        }
+    }
+    std::size_t layers = 0;
+    for (std::size_t i = 0; i < count; ++i) layers += order[i].layers.size();
+    prefetch_.reset();
+    source_.reset();
+    if (count > 0 && options_.stream_prefetch) {
+        prefetch_ = std::make_shared<PrefetchingWeightSource>(device_, layers);
+        source_ = prefetch_;
+    } else if (count > 0) {
+        source_ = std::make_shared<DeviceFetch>(device_);
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+        for (torch::nn::Module* m : order[i].layers) {
+            if (i >= streaming_) {
+                each_tensor(m, [&](at::Tensor* t) {
+                    t->set_data(device_.to_host(t->data()));
+                    streamed_.insert(t->unsafeGetTensorImpl());
+                });
+            }
+            // Its codes and scales stream instead of a weight; the placeholder stays put.
+            if (QuantizedFetch* q = quantized_source(m)) {
+                q->stream_through(source_);
+            } else {
+                parts_of(*m).set_source(source_);
+            }
+        }
+    }
+    const std::size_t before = streaming_;
+    streaming_ = count;
+    if (count == 0) {
+        low_vram_log().info("every {} block holds its weights on the device again ({} streamed)",
+                            config::to_string(model_.arch()), before);
+        return;
     }
     low_vram_log().info(
-        "{} {} block layers stream their weights from the host{}", layers.size(),
-        config::to_string(model_.arch()),
+        "{} of {} {} blocks ({} layers) stream their weights from the host{}", count, order.size(),
+        config::to_string(model_.arch()), layers,
         prefetch_ ? format(" ({} layers copied ahead of use)", PrefetchingWeightSource::kDepth)
                   : std::string());
 }
 
-// All or nothing: every device copy is made before any layer changes, so running out of memory
-// here (the measured choice tries it on a tight device) leaves level 3 exactly as it was.
-void LowVramMode::unstream_blocks() {
-    torch::NoGradGuard no_grad;
-    if (prefetch_) prefetch_->drop();
-    std::vector<std::pair<at::Tensor*, at::Tensor>> copies;
-    for (torch::nn::Module* m : streamed_layers_) {
-        const LayerParts parts = parts_of(*m);
-        at::Tensor* weight = parts.weight;
-        at::Tensor* bias = parts.bias;
-        if (weight == nullptr) continue;
-        // A parked expert's weights stop streaming and wait on the host with the rest of it.
-        const auto copy = [&](at::Tensor* t) {
-            if (t->defined() && !parked(*t)) copies.emplace_back(t, device_.to_device(t->data()));
-        };
-        if (QuantizedFetch* q = quantized_source(m)) {
-            for (at::Tensor* t : {&q->weight().data, &q->weight().scale, &q->weight().minimum}) {
-                copy(t);
-            }
-        } else {
-            copy(weight);
-        }
-        copy(bias);
-    }
-    for (auto& [tensor, copy] : copies) tensor->set_data(copy);
-    for (torch::nn::Module* m : streamed_layers_) {
-        if (QuantizedFetch* q = quantized_source(m)) {
-            q->stream_through(nullptr);
-        } else {
-            parts_of(*m).set_source(nullptr);
-        }
-    }
-    low_vram_log().info("{} {} block layers hold their weights on the device again",
-                        streamed_layers_.size(), config::to_string(model_.arch()));
-    streamed_layers_.clear();
-    streamed_.clear();
-    prefetch_.reset();
+void LowVramMode::set_streamed_blocks(int count) {
+    stream_first(count == 0 ? stream_order().size() : static_cast<std::size_t>(count));
 }
 
 void LowVramMode::drop_prefetched() {

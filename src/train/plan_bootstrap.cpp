@@ -93,7 +93,7 @@ StartingPlan starting_plan(const config::ProcessConfig& process, const RunFolder
             return {reuse->plan, reuse->stable_id};
         }
     }
-    return {job_plan, std::nullopt};
+    return {job_plan, std::nullopt, /*from_job=*/true};
 }
 
 }  // namespace loom

@@ -41,6 +41,9 @@ class QuantizedFetch final : public WeightSource {
     void stream_through(std::shared_ptr<WeightSource> streamer) { streamer_ = std::move(streamer); }
     QuantizedWeight& weight() { return weight_; }
     int64_t bytes() const { return weight_.bytes(); }
+    // The float weight's shape, and the dtype each fetch dequantizes it to.
+    const std::vector<int64_t>& shape() const { return weight_.shape; }
+    at::ScalarType dtype() const { return dtype_; }
 
   private:
     // In the layout the weight had (perf.channels_last convolutions stay channels-last).

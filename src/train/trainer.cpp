@@ -1,5 +1,7 @@
 #include "loom/train/trainer.h"
 
+#include <cmath>
+
 #include "trainer_run.h"
 
 namespace loom {
@@ -27,8 +29,23 @@ void Trainer::load() {
     // ladder's new level must not be applied to a half-placed model — the retry reloads.
     auto placement = std::make_unique<LowVramMode>(*model_, *device_, placement_options());
     placement->set_idle_expert_on_host(plan().idle_expert_on_host);  // never placed, then
-    placement->place_model(plan().low_vram);
+    // ai-toolkit's layer_offloading_transformer_percent: that share of the blocks streams, counted
+    // now that they are known (the first of the streaming order; ai-toolkit picks at random).
+    const double offload = process_.model.layer_offloading_transformer_percent;
+    if (start_from_job_ && process_.model.layer_offloading && offload < 1.0 &&
+        plan().low_vram >= 3 && plan().streamed_blocks == 0 && guard_->change_count() == 0) {
+        const int blocks = placement->block_count();
+        const int count = std::max(1, static_cast<int>(std::ceil(offload * blocks)));
+        if (count < blocks) guard_->set_starting_streamed_blocks(count);
+        train_log().info(
+            "model.layer_offloading_transformer_percent {}: {} of the {} blocks stream from the "
+            "host",
+            offload, std::min(count, blocks), blocks);
+    }
+    start_from_job_ = false;
+    placement->place_model(plan().low_vram, plan().streamed_blocks);
     low_vram_ = std::move(placement);
+    tell_stream_facts();
     model_->set_gradient_checkpointing(plan().gradient_checkpointing);
     const MemoryStats loaded = device_->stats();
     train_log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",

@@ -71,8 +71,12 @@ void Trainer::start_guard() {
         const std::string text =
             overrides_.group->broadcast(leader() ? guard::plan_to_yaml(start.plan) : "", 0);
         if (!leader()) start.plan = guard::parse_plan(text, "rank 0's starting plan");
+        const std::string from_job =
+            overrides_.group->broadcast(leader() ? (start.from_job ? "job" : "") : "", 0);
+        start.from_job = from_job == "job";
     }
     reused_stable_id_ = start.reused_stable_id;
+    start_from_job_ = start.from_job;
     // A plan.yaml that quantizes otherwise than the job now asks: the run is recorded under the
     // qtypes it trains with, so that no job of the job's qtypes later takes its plan.
     if (key_) key_->qtype = guard::qtype_text(start.plan);
@@ -100,7 +104,10 @@ void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
         model_->set_gradient_checkpointing(to.gradient_checkpointing);
     }
     if (data_) data_->apply_plan(from, to);
-    if (from.low_vram != to.low_vram && low_vram_) low_vram_->set_level(to.low_vram);
+    if ((from.low_vram != to.low_vram || from.streamed_blocks != to.streamed_blocks) && low_vram_) {
+        low_vram_->set_level(to.low_vram, to.streamed_blocks);
+        tell_stream_facts();  // level 2 quantized the blocks: the ladder weighs their new sizes
+    }
     if (from.idle_expert_on_host != to.idle_expert_on_host && low_vram_) {
         low_vram_->set_idle_expert_on_host(to.idle_expert_on_host);
     }
@@ -144,6 +151,11 @@ std::optional<guard::Measurement> Trainer::measure(const guard::Plan& current,
         m = guard::Measurement{false, peak, 0.0};
     }
     return m;
+}
+
+void Trainer::tell_stream_facts() {
+    LowVramMode::StreamFacts facts = low_vram_->stream_facts();
+    guard_->set_stream_facts(std::move(facts.block_bytes), facts.overhead);
 }
 
 guard::BucketFacts Trainer::bucket_facts() const {

@@ -87,6 +87,9 @@ class Trainer final : public guard::GuardedTarget {
     void start_guard();
     guard::PolicyContext policy_context() const;
     PlacementOptions placement_options() const;
+    // The placed denoiser's blocks as the ladder's streaming rungs weigh them (Guard's
+    // set_stream_facts): after placement and after every low_vram change.
+    void tell_stream_facts();
     void load();
     void prepare_data();
     void maybe_resume();
@@ -134,7 +137,8 @@ class Trainer final : public guard::GuardedTarget {
     bool resumed_ = false;
     std::optional<guard::PlanKey> key_;  // the store's key (with a store and a readable model)
     std::optional<std::int64_t> reused_stable_id_;
-    bool stopped_early_ = false;  // the --stop-after hook or a stop request ended the loop
+    bool start_from_job_ = false;  // the starting plan is the job's own (StartingPlan::from_job)
+    bool stopped_early_ = false;   // the --stop-after hook or a stop request ended the loop
 };
 
 }  // namespace loom

@@ -33,8 +33,8 @@ fi
 import json, os, sys
 out = sys.argv[1]
 r = json.load(open(os.path.join(out, "results.json")))
-parts = ["build", "gpu_tests", "models", "step_oom", "sample_oom", "low_vram", "throughput", "dirty",
-         "dist_one_rank"]
+parts = ["build", "gpu_tests", "models", "step_oom", "sample_oom", "low_vram", "streamed_blocks",
+         "throughput", "dirty", "dist_one_rank"]
 assert r["dry_run"] is True, r["dry_run"]
 for key in ("date", "machine", "loom", "parts", "verdict"):
     assert key in r, key

@@ -195,6 +195,7 @@ TEST(Plan, YamlTextIsExactlyTheFileFormat) {
               "  num_frames: 1\n"
               "model:\n"
               "  low_vram: 0\n"
+              "  streamed_blocks: 0\n"
               "  idle_expert_on_host: false\n"
               "  qtype: qfloat8\n"
               "  qtype_te: ~\n"
@@ -289,7 +290,9 @@ TEST(Plan, ParseErrorsAreExact) {
          "datasets.num_frames must be at least 1, not 0"},
         {"low_vram: 0", "low_vram: -1", "model.low_vram must not be negative"},
         {"low_vram: 0", "low_vram: 1.5", "model.low_vram has a malformed value '1.5'"},
-        {"model:\n  low_vram: 0\n  idle_expert_on_host: false\n  qtype: qfloat8\n  qtype_te: ~\n",
+        {"streamed_blocks: 0", "streamed_blocks: -2", "model.streamed_blocks must not be negative"},
+        {"model:\n  low_vram: 0\n  streamed_blocks: 0\n  idle_expert_on_host: false\n  qtype: "
+         "qfloat8\n  qtype_te: ~\n",
          "", "model is missing or not a mapping"},
         {"idle_expert_on_host: false", "idle_expert_on_host: 2",
          "model.idle_expert_on_host has a malformed value '2'"},
@@ -387,6 +390,7 @@ const std::vector<std::string> kKnobNames = {"train.gradient_checkpointing",
                                              "datasets.max_bucket_pixels",
                                              "datasets.num_frames",
                                              "model.low_vram",
+                                             "model.streamed_blocks",
                                              "model.idle_expert_on_host",
                                              "model.qtype",
                                              "model.qtype_te",
@@ -458,7 +462,7 @@ TEST(PlanKnobs, TheListNamesEveryKnobOnceInTheFileOrder) {
 // back and nothing else.
 TEST(PlanKnobs, EachKnobIsComparedDiffedWrittenReadDescribedAndUndone) {
     Plan base;          // the heavy end of every knob, with room to shrink
-    base.low_vram = 2;  // where the qtypes act, and are described
+    base.low_vram = 3;  // where the qtypes act and blocks stream, and are described
     base.batch_size = 2;
     base.max_bucket_pixels = 512 * 512;
     base.frames = 5;

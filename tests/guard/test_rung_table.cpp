@@ -24,21 +24,24 @@ TEST(RungTable, EachBranchListsTheDocumentedLadderInOrder) {
         rules_of(LadderBranch::kSampling),
         (std::vector<std::string>{"sample.one_prompt_at_a_time", "sample.sequential_guidance",
                                   "sample.halve_size", "sample.fewer_frames", "sample.disable"}));
-    EXPECT_EQ(rules_of(LadderBranch::kLoadCache), (std::vector<std::string>{"load.low_vram"}));
-    EXPECT_EQ(
-        rules_of(LadderBranch::kTrainImage),
-        (std::vector<std::string>{"free.idle_expert_to_host", "free.encoders_off_device",
-                                  "train.sometimes_largest_bucket", "train.gradient_checkpointing",
-                                  "train.batch_1_accumulate", "train.drop_largest_bucket",
-                                  kSamplingRungsRule, "train.low_vram"}));
-    EXPECT_EQ(rules_of(LadderBranch::kTrainVideo),
+    EXPECT_EQ(rules_of(LadderBranch::kLoadCache),
+              (std::vector<std::string>{"load.low_vram", "load.more_streamed_blocks"}));
+    EXPECT_EQ(rules_of(LadderBranch::kTrainImage),
               (std::vector<std::string>{"free.idle_expert_to_host", "free.encoders_off_device",
-                                        "train.sometimes_largest_bucket", "train.fewer_frames",
-                                        "train.batch_1_accumulate", "train.gradient_checkpointing",
-                                        "train.drop_largest_bucket", "train.fewer_frames",
-                                        kSamplingRungsRule, "train.low_vram"}));
+                                        "train.sometimes_largest_bucket",
+                                        "train.gradient_checkpointing", "train.batch_1_accumulate",
+                                        "train.drop_largest_bucket", kSamplingRungsRule,
+                                        "train.low_vram", "train.more_streamed_blocks"}));
+    EXPECT_EQ(
+        rules_of(LadderBranch::kTrainVideo),
+        (std::vector<std::string>{
+            "free.idle_expert_to_host", "free.encoders_off_device",
+            "train.sometimes_largest_bucket", "train.fewer_frames", "train.batch_1_accumulate",
+            "train.gradient_checkpointing", "train.drop_largest_bucket", "train.fewer_frames",
+            kSamplingRungsRule, "train.low_vram", "train.more_streamed_blocks"}));
     EXPECT_EQ(rules_of(LadderBranch::kSave),
-              (std::vector<std::string>{"save.free_and_retry", "save.low_vram"}));
+              (std::vector<std::string>{"save.free_and_retry", "save.low_vram",
+                                        "save.more_streamed_blocks"}));
     EXPECT_EQ(rules_of(LadderBranch::kHost),
               (std::vector<std::string>{"host.caches_to_disk", "host.fewer_threads"}));
     for (const RungSpec& r : rung_table()) {

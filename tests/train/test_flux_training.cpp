@@ -46,6 +46,7 @@ struct FluxJob {
     int save_every = 1000;
     std::string vram = "4GiB";
     std::optional<int> preset_low_vram;  // start from a plan.yaml with this low_vram level
+    std::string model_keys;              // more of the model block: ", layer_offloading: true"
 };
 
 class FluxTraining : public ::testing::Test {
@@ -95,7 +96,8 @@ class FluxTraining : public ::testing::Test {
           << "        gradient_checkpointing: " << (s.checkpointing ? "true" : "false") << "\n"
           << "        disable_sampling: " << (s.sampling ? "false" : "true") << "\n"
           << "        skip_first_sample: " << (s.first_sample ? "false" : "true") << "\n"
-          << "      model: {name_or_path: " << model_.string() << ", is_flux: true}\n"
+          << "      model: {name_or_path: " << model_.string() << ", is_flux: true" << s.model_keys
+          << "}\n"
           << "      sample:\n"
           << "        sampler: flowmatch\n"
           << "        sample_every: 2\n"
@@ -281,7 +283,8 @@ TEST_F(FluxTraining, FirstSampleOomShrinksOnlySampling) {
 
 // T5 dominates loading and caching: a budget the transformer's step fits in but the cache phase
 // with the encoders on the device does not (T5 at 512 tokens) is met by low_vram's levels, up to
-// 3, where the encoders compute on the host; every step is then trained.
+// 3, where the encoders compute on the host with one block streaming; a step that needs more
+// streams more blocks (the probe's OOM), and every step is then trained.
 TEST_F(FluxTraining, CachingRunsWithT5OnTheHostWhenTheDeviceIsTooSmall) {
     FluxJob s;
     s.name = "t5_host";
@@ -296,10 +299,42 @@ TEST_F(FluxTraining, CachingRunsWithT5OnTheHostWhenTheDeviceIsTooSmall) {
     const auto events = read_events(run_folder("t5_host"));
     const auto ooms = events_named(events, "oom");
     ASSERT_FALSE(ooms.empty()) << "the budget should not fit the encoders' pass on the device";
-    for (const json& e : ooms) EXPECT_EQ(e.at("phase"), "cache") << e.dump();
-    for (const std::string& rule : change_rules(events)) EXPECT_EQ(rule, "load.low_vram");
-    EXPECT_EQ(guard::load_plan(run_folder("t5_host") / "plan.yaml").low_vram, 3);
+    EXPECT_EQ(ooms.front().at("phase"), "cache") << ooms.front().dump();
+    const std::vector<std::string> rules = change_rules(events);
+    ASSERT_FALSE(rules.empty());
+    bool more = false;  // low_vram's levels, then only more blocks
+    for (const std::string& rule : rules) {
+        const bool is_more = rule.find("more_streamed_blocks") != std::string::npos;
+        EXPECT_TRUE(is_more || (rule == "load.low_vram" && !more)) << rule;
+        more = more || is_more;
+    }
+    const guard::Plan plan = guard::load_plan(run_folder("t5_host") / "plan.yaml");
+    EXPECT_EQ(plan.low_vram, 3);
     EXPECT_EQ(metric_lines(run_folder("t5_host")), 4u);
+}
+
+// ai-toolkit's layer offloading: the run starts at level 3 with the transformer percent of the
+// blocks streaming (2 double + 2 single blocks: half is 2), counted when the model is loaded and
+// written to plan.yaml, and trains the same as a plan that streams those two from the start.
+TEST_F(FluxTraining, LayerOffloadingStreamsItsShareOfTheBlocks) {
+    FluxJob s;
+    s.name = "offload";
+    s.steps = 2;
+    s.model_keys = ", layer_offloading: true, layer_offloading_transformer_percent: 0.5";
+    const TrainSummary r = train(s);
+    EXPECT_EQ(r.end_step, 2);
+    const guard::Plan plan = guard::load_plan(run_folder("offload") / "plan.yaml");
+    EXPECT_EQ(plan.low_vram, 3);
+    EXPECT_EQ(plan.streamed_blocks, 2);
+    EXPECT_TRUE(events_named(read_events(run_folder("offload")), "oom").empty());
+    // A run that goes on from its plan.yaml keeps that plan's count: the percent counts blocks
+    // for the job's own plan only.
+    guard::Plan one = plan;
+    one.streamed_blocks = 1;
+    guard::save_plan(run_folder("offload") / "plan.yaml", one);
+    s.steps = 3;
+    EXPECT_EQ(train(s, /*fresh=*/false).end_step, 3);
+    EXPECT_EQ(guard::load_plan(run_folder("offload") / "plan.yaml").streamed_blocks, 1);
 }
 
 // Each low_vram level lowers what a Flux run holds on the device between steps (metrics.jsonl's

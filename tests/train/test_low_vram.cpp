@@ -234,6 +234,56 @@ TEST_F(LowVramModeTest, LevelThreeGoesBackToTwoAndComputesTheSame) {
     EXPECT_THROW(mode.set_level(1), Error);
 }
 
+// Level 3 streams a count of blocks (issue 64), the largest first: the device holds one block's
+// bytes less per block streamed, the count moves both ways, and the output never changes.
+TEST_F(LowVramModeTest, LevelThreeStreamsACountOfBlocksTheLargestFirst) {
+    StableDiffusion model = load();
+    StableDiffusionFamily family(model);  // shares the model's modules
+    LowVramMode mode(family, *device_);
+    mode.place_model(2);
+    auto output = [&] { return unet_output(model, at::kBFloat16, 5); };
+    const at::Tensor at_two = output();
+    const std::uint64_t two = device_->stats().allocated;
+    const LowVramMode::StreamFacts facts = mode.stream_facts();
+    const std::size_t blocks = facts.block_bytes.size();
+    ASSERT_GE(blocks, 3u);  // down blocks, the mid block, up blocks
+    EXPECT_TRUE(std::is_sorted(facts.block_bytes.rbegin(), facts.block_bytes.rend()));
+    EXPECT_GE(facts.overhead, facts.block_bytes.back() / 64);  // at least a layer's fetch
+    EXPECT_EQ(mode.streamed_blocks(), 0);
+
+    mode.set_level(3, 1);
+    EXPECT_EQ(mode.streamed_blocks(), 1);
+    const std::uint64_t one = device_->stats().allocated;
+    EXPECT_GE(two - one, facts.block_bytes[0]);
+    EXPECT_LT(two - one, facts.block_bytes[0] + facts.block_bytes[1]);
+    EXPECT_TRUE(torch::equal(output(), at_two));
+
+    mode.set_level(3, 2);
+    EXPECT_EQ(mode.streamed_blocks(), 2);
+    EXPECT_GE(one - device_->stats().allocated, facts.block_bytes[1]);
+    EXPECT_TRUE(torch::equal(output(), at_two));
+    mode.set_level(3, 1);  // fewer: one block back on the device
+    EXPECT_EQ(device_->stats().allocated, one);
+    mode.set_level(3, 0);  // every block
+    EXPECT_EQ(mode.streamed_blocks(), static_cast<int>(blocks));
+    EXPECT_TRUE(torch::equal(output(), at_two));
+    mode.set_level(2);
+    EXPECT_EQ(mode.streamed_blocks(), 0);
+    EXPECT_EQ(device_->stats().allocated, two);
+    EXPECT_TRUE(torch::equal(output(), at_two));
+
+    // Placed at level 3 with a count, the same blocks stream as when raised to it.
+    StableDiffusion again = load();
+    StableDiffusionFamily again_family(again);
+    LowVramMode placed(again_family, *device_);
+    const std::uint64_t before = device_->stats().allocated;
+    placed.place_model(3, 1);
+    EXPECT_EQ(placed.streamed_blocks(), 1);
+    // Up to a small buffer or two the first model's forward passes left (a KiB here).
+    const std::int64_t placed_bytes = device_->stats().allocated - before;
+    EXPECT_LE(std::abs(placed_bytes - static_cast<std::int64_t>(one)), 4096);
+}
+
 // The measured choice tries bf16 (level 2, 3) from float32 (level 1) and comes back: with the
 // originals kept, level 1 returns exactly — the same weights, the same memory, the same output.
 TEST_F(LowVramModeTest, WithTheFloat32WeightsKeptBf16GoesBackExactly) {

@@ -153,6 +153,8 @@ struct OomConfig {
     // 14B; model.low_vram: true turns it on too).
     std::optional<std::int64_t> max_bucket_pixels;
     int low_vram_level = 0;
+    // At low_vram_level 3: how many of the denoiser's blocks stream from the host (0: every one).
+    int streamed_blocks = 0;
     bool idle_expert_on_host = false;
     bool sample_batch_prompts = true;
     bool sample_batch_guidance = true;
@@ -170,6 +172,7 @@ struct OomConfig {
         v("max_restarts", &OomConfig::max_restarts, AtLeast{0});
         v("max_bucket_pixels", &OomConfig::max_bucket_pixels, AtLeast{64});
         v("low_vram_level", &OomConfig::low_vram_level, AtLeast{0}, AtMost{3});
+        v("streamed_blocks", &OomConfig::streamed_blocks, AtLeast{0});
         v("idle_expert_on_host", &OomConfig::idle_expert_on_host);
         v("sample_batch_prompts", &OomConfig::sample_batch_prompts);
         v("sample_batch_guidance", &OomConfig::sample_batch_guidance);

@@ -74,6 +74,14 @@ struct ModelConfig {
     std::optional<bool> quantize_te;  // resolved: quantize when absent
     std::string qtype_te = "qfloat8";
     bool low_vram = false;
+    // ai-toolkit's per-layer streaming from host memory (`auto_memory`, its deprecated name): loom
+    // starts at low_vram level 3, whose block streaming is that (train/low_vram.h). The
+    // transformer percent becomes the share of the denoiser's blocks that stream, the first ones
+    // of the streaming order (ai-toolkit picks layers at random); the text encoders compute on
+    // the host for caching at level 3 whatever their percent.
+    bool layer_offloading = false;
+    double layer_offloading_transformer_percent = 1.0;
+    double layer_offloading_text_encoder_percent = 1.0;
     ModelKwargs model_kwargs;
     // A LoRA merged into the base for training and taken out of previews
     // (lora/assistant_adapter.h).
@@ -102,12 +110,14 @@ struct ModelConfig {
         v("quantize_te", &ModelConfig::quantize_te);
         v("qtype_te", &ModelConfig::qtype_te);
         v("low_vram", &ModelConfig::low_vram);
+        v("layer_offloading", &ModelConfig::layer_offloading, Alias{"auto_memory"});
+        v("layer_offloading_transformer_percent",
+          &ModelConfig::layer_offloading_transformer_percent, AtLeast{0.0}, AtMost{1.0});
+        v("layer_offloading_text_encoder_percent",
+          &ModelConfig::layer_offloading_text_encoder_percent, AtLeast{0.0}, AtMost{1.0});
         v("model_kwargs", &ModelConfig::model_kwargs);
         v("assistant_lora_path", &ModelConfig::assistant_lora_path);
         v.not_yet({"quantize_kwargs",
-                   "layer_offloading",
-                   "layer_offloading_transformer_percent",
-                   "layer_offloading_text_encoder_percent",
                    "te_device",
                    "te_dtype",
                    "vae_device",
@@ -136,8 +146,7 @@ struct ModelConfig {
                    "use_text_encoder_2",
                    "refiner_name_or_path",
                    "refiner_start_at",
-                   "in_context",
-                   "auto_memory"});
+                   "in_context"});
     }
 };
 

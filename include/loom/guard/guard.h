@@ -124,6 +124,16 @@ class Guard {
     // when a change was undone. Errors that are not OOM propagate.
     bool maybe_scale_up(std::int64_t step, const std::function<void(const Plan&)>& probe);
 
+    // The denoiser's blocks as the ladder's streaming rungs and scale-up see them
+    // (PolicyContext::block_bytes and stream_overhead): told once the model is placed, and again
+    // whenever the sizes change (low_vram's level 2 quantizes them).
+    void set_stream_facts(std::vector<std::uint64_t> block_bytes, std::uint64_t overhead);
+
+    // The job's own plan at level 3 learns its streamed-block count once the model is loaded
+    // (ai-toolkit's layer_offloading_transformer_percent of the blocks): the plan and the plan the
+    // run started from take it, and plan.yaml is written again. Before any change only.
+    void set_starting_streamed_blocks(int count);
+
     int oom_count() const { return ooms_; }
     // The highest device memory in use during any guarded phase so far.
     std::uint64_t peak() const { return run_peak_; }
@@ -176,6 +186,10 @@ class Guard {
         std::string rule;
         bool pinned = false;
     };
+    // Scale-up's candidate for undoing `change`: a change that streamed more blocks comes back one
+    // block at a time (the plan with one block fewer streaming, while more than before it still
+    // would); any other all at once. Sets `whole` when the candidate undoes the change entirely.
+    Plan scale_up_candidate(const Taken& change, bool& whole) const;
     std::vector<Taken> taken_;  // a measured change is pinned: scale-up must not walk it back
     std::uint64_t run_peak_ = 0;
     int ooms_ = 0;

@@ -8,20 +8,21 @@
 //     changes — prompts one at a time, guidance passes sequential, halve width/height (multiple
 //     of 64, floor 256 or the smallest training bucket), video: fewer sample frames, then
 //     sampling off.
-//   load / cache OOM: low_vram (batch and buckets do not exist yet).
+//   load / cache OOM: low_vram, then more streamed blocks (batch and buckets do not exist yet).
 //   training-step OOM, images: first the free rungs — changes that cost no step time at this point
 //     of the run (a model of experts' idle expert on the host; the idle encoders off the device
 //     once every latent and text embedding is cached) — then gradient checkpointing, batch 1 with
 //     accumulation (effective batch kept), drop the largest bucket (repeatable), shrink sampling
 //     when a sampling pass left memory behind, low_vram. Video: the free rungs, fewer frames
 //     (halved once), batch 1, gradient checkpointing, buckets, then frames again down to 1,
-//     sampling, low_vram. With the probe on, the guard measures the plans around the documented one
-//     that differ only in how a step is computed (checkpointing, micro-batch, block streaming:
-//     measured_candidates) and takes the fastest that fits; the documented plan wins ties, and this
-//     order stays the explanation.
+//     sampling, low_vram — whose level 3 streams the fewest of the denoiser's blocks that cover
+//     the shortfall, and a further OOM more of them (Plan::streamed_blocks). With the probe on, the
+//     guard measures the plans around the documented one that differ only in how a step is computed
+//     (checkpointing, micro-batch, block streaming: measured_candidates) and takes the fastest that
+//     fits; the documented plan wins ties, and this order stays the explanation.
 //   "sometimes": the failing batch came from the largest bucket and smaller buckets have trained
 //     fine → dropping that bucket comes first.
-//   save OOM: free and retry once, then low_vram.
+//   save OOM: free and retry once, then low_vram, then more streamed blocks.
 //   worker state: memory held outside loom with the ladder exhausted before any step succeeded,
 //     or a library allocation failure there → stop, distinct exit.
 //   host RAM: never the device ladder — in-RAM caches to disk, then fewer CPU threads.
@@ -79,6 +80,14 @@ struct PolicyContext {
     // Denoisers of their own timesteps (Wan 2.2 14B: 2). With more than one, a step computes
     // with one expert only, so the others can wait on the host (the first free rung).
     int experts = 1;
+    // The denoiser's blocks in low_vram's streaming order (train/low_vram.h), each as the device
+    // memory it frees when it streams (its weights at level 2, quantized); empty until the model
+    // is placed, and then level 3 streams every block. With them, level 3 and each further OOM
+    // stream the fewest blocks that cover the shortfall (Plan::streamed_blocks).
+    std::vector<std::uint64_t> block_bytes;
+    // What streaming adds to a step however few blocks stream: the fetched device copies that
+    // can be alive at once (the prefetch depth + 1 of the largest streamed layers).
+    std::uint64_t stream_overhead = 0;
 };
 
 struct OomEvent {
@@ -127,11 +136,12 @@ Decision decide(const Plan& plan, const OomEvent& event, const History& history,
 bool measured_rung(std::string_view rule);
 // `to` differs from `from` only in how a step is computed, in ways a measurement can try and
 // leave: gradient checkpointing, the micro-batch (accumulation keeping the effective batch),
-// low_vram (a measurement keeps the float32 weights while it tries bf16). Such a documented rung
-// is measured against the other candidates; after one that is not (a bucket, frames), the
-// candidates are measured around the new plan.
+// low_vram and its streamed blocks (a measurement keeps the float32 weights while it tries bf16).
+// Such a documented rung is measured against the other candidates; after one that is not (a bucket,
+// frames), the candidates are measured around the new plan.
 bool reversible_change(const Plan& from, const Plan& to);
-// The candidates around `base`: every combination of low_vram (the plan's level and each above),
+// The candidates around `base`: every combination of low_vram (the plan's level and each above;
+// level 3 with base's streamed blocks when base streams, else `streamed_blocks`),
 // checkpointing (the job's setting, or on) and the micro-batch (from the job's down to 1, each
 // dividing the effective batch); never one that needs at least what a plan that ran out of memory
 // in training needed, knob by knob (no_heavier). In a fixed order: lower levels first, then the
@@ -139,7 +149,7 @@ bool reversible_change(const Plan& from, const Plan& to);
 // micro-batch is the best at some level, the guard measures only the next level at that
 // micro-batch above it.
 std::vector<Plan> measured_candidates(const Plan& base, const Plan& job, const History& history,
-                                      const PolicyContext& context);
+                                      const PolicyContext& context, int streamed_blocks = 0);
 // The decision that moves `from` to `chosen`: the rung of the branch that makes exactly that
 // change (its rule and reason), or kMeasuredRule; `measured` (the figures) ends the reason.
 Decision measured_decision(const Plan& from, const Plan& chosen, const OomEvent& event,

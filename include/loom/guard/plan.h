@@ -15,6 +15,7 @@
 //
 // Plain C++, no torch.
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -59,6 +60,11 @@ struct Plan {
     std::optional<std::int64_t> max_bucket_pixels;
     int frames = 1;    // training clip length (video models; 1 for images)
     int low_vram = 0;  // 0: off; 1, 2, ...: the low-VRAM sub-modes switched on, in order
+    // At low_vram 3, how many of the denoiser's blocks stream their weights from the host, taken
+    // in low_vram's streaming order (train/low_vram.h: the largest blocks first); the others stay
+    // on the device. 0: every block. Below level 3 no block streams and it is 0. A larger count
+    // needs less device memory; 0 (every block) the least of all.
+    int streamed_blocks = 0;
     // A denoiser of experts (Wan 2.2 14B): the experts not computing wait in host memory, their
     // frozen weights brought to the device when their timesteps come (train/low_vram.h).
     bool idle_expert_on_host = false;
@@ -72,6 +78,13 @@ struct Plan {
     HostPlan host;
 
     int effective_batch() const { return batch_size * gradient_accumulation; }
+    // Blocks that stream from the host under this plan, of `blocks` in all: none below level 3.
+    int streaming(int blocks) const {
+        if (low_vram < 3) return 0;
+        return streamed_blocks == 0 ? blocks : std::min(streamed_blocks, blocks);
+    }
+    // streamed_blocks where it counts (level 3), else 0: every block.
+    int streaming_count() const { return low_vram >= 3 ? streamed_blocks : 0; }
 
     // Every knob of fields().
     bool operator==(const Plan& o) const;
@@ -99,6 +112,8 @@ struct Plan {
         v(kDatasets, "num_frames", &Plan::frames, Weighs::kMoreDevice, AtLeast{1});
         v(kModel, "low_vram", &Plan::low_vram, Weighs::kLessDevice, AtLeast{0},
           OomKey{&config::OomConfig::low_vram_level});
+        v(kModel, "streamed_blocks", &Plan::streamed_blocks, Weighs::kLessDevice, AtLeast{0},
+          ZeroIsUnlimited{}, AbsentInOlderPlans{}, OomKey{&config::OomConfig::streamed_blocks});
         v(kModel, "idle_expert_on_host", &Plan::idle_expert_on_host, Weighs::kLessDevice,
           AbsentInOlderPlans{}, OomKey{&config::OomConfig::idle_expert_on_host});
         v(kModel, "qtype", &Plan::qtype, Weighs::kMoreDevice, AbsentInOlderPlans{});

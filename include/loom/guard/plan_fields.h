@@ -46,8 +46,8 @@ struct EffectiveBatch {};
 // memory. It is the first knob of its section.
 struct SwitchesSection {};
 
-// For an integer knob, 0 means no limit (threads: LibTorch's default, all cores), which is the
-// largest value in the memory order.
+// For an integer knob, 0 means no limit (threads: LibTorch's default, all cores; streamed
+// blocks: every block), which is the largest value in the memory order.
 struct ZeroIsUnlimited {};
 
 // A knob added after plan.yaml files were written: a file without it keeps the plan's default

@@ -13,14 +13,17 @@
 //      optimizer state stay float32. ai-toolkit's `model.quantize: true` starts here. A quantized
 //      layer keeps its codes and scales as buffers (they move with it) and a one-element
 //      placeholder of its weight's shape as the parameter, which placement leaves where it is.
-//   3. block streaming: the frozen Linear/Conv2d weights of the denoiser's blocks (the UNet's
-//      down, mid and up blocks; Flux's double- and single-stream blocks: the family says which,
-//      ModelFamily::blocks) stay on the host; each layer fetches a device copy for its
-//      forward (and for its recompute under gradient checkpointing), which is released when the
-//      computation that used it is done. On CUDA the host copies are pinned, so the fetches are
-//      plain DMA. By default a layer's copy is made on the compute stream when the layer runs; with
-//      perf.stream_prefetch the copies of the next layers run ahead on a side stream
-//      (train/prefetching_weight_source.h), at the cost of up to
+//   3. block streaming: the frozen Linear/Conv2d weights of some or all of the denoiser's blocks
+//      (the UNet's down, mid and up blocks; Flux's double- and single-stream blocks: the family
+//      says which, ModelFamily::blocks) stay on the host; each layer fetches a device copy for its
+//      forward (and again for its backward, and its recompute under gradient checkpointing),
+//      which is released when the computation that used it is done. How many blocks stream is
+//      the plan's count (guard::Plan::streamed_blocks; 0: every block), taken in the streaming
+//      order: the largest blocks first, the last first among equal ones (stream_order()); the
+//      others stay resident, quantized as level 2 left them. On CUDA the host copies are pinned, so
+//      the fetches are plain DMA. By default a layer's copy is made on the compute stream when the
+//      layer runs; with perf.stream_prefetch the copies of the next layers run ahead on a side
+//      stream (train/prefetching_weight_source.h), at the cost of up to
 //      PrefetchingWeightSource::kDepth layers' copies more device memory.
 //
 // Beside the levels, for a denoiser of experts (Wan 2.2 14B), the idle expert on the host: a step
@@ -43,6 +46,7 @@
 // converted on the host before anything is placed, and every later copy (bf16, streaming, fetches)
 // keeps the layout (model/nn/memory_format.h).
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -80,11 +84,25 @@ class LowVramMode {
     LowVramMode(const LowVramMode&) = delete;
     LowVramMode& operator=(const LowVramMode&) = delete;
 
-    // Places a freshly loaded (host-resident) model on the device as `level` asks.
-    void place_model(int level);
-    // Moves a placed model to `level`: any level above; a lower one as the top of this file says
-    // (refused with loom::Error otherwise).
-    void set_level(int level);
+    // Places a freshly loaded (host-resident) model on the device as `level` asks, at level 3 with
+    // `streamed_blocks` of the streaming order streaming (0: every block).
+    void place_model(int level, int streamed_blocks = 0);
+    // Moves a placed model to `level` (and at level 3 to `streamed_blocks` streaming, more or
+    // fewer): any level above; a lower one as the top of this file says (refused with loom::Error
+    // otherwise).
+    void set_level(int level, int streamed_blocks = 0);
+    // The blocks streaming now (0 below level 3), and the denoiser's blocks in all.
+    int streamed_blocks() const;
+    int block_count() { return static_cast<int>(stream_order().size()); }
+    // The denoiser's blocks as the ladder weighs them (guard::PolicyContext): each one's bytes on
+    // the device in the streaming order — what streaming it frees, at the sizes they have now
+    // (level 2's, quantized, once it is on) — and what streaming adds to a step however many
+    // blocks stream: (prefetch depth + 1) copies of the largest fetch.
+    struct StreamFacts {
+        std::vector<std::uint64_t> block_bytes;
+        std::uint64_t overhead = 0;
+    };
+    StreamFacts stream_facts();
     // While on, raising to level 2 keeps each converted float32 weight on the host, so that
     // set_level can come back below 2 exactly; off drops what was kept (host RAM: the base
     // model's float32 size while on).
@@ -147,9 +165,19 @@ class LowVramMode {
     void collect_parked();
     // The source of a quantized layer, or nullptr.
     class QuantizedFetch* quantized_source(const torch::nn::Module* layer) const;
-    void stream_blocks();
-    // Level 3 back to 2: the streamed weights to the device, the layers computing with them again.
-    void unstream_blocks();
+    // One of the denoiser's blocks and its Linear/Conv2d layers.
+    struct StreamBlock {
+        std::string name;  // "transformer_blocks.3.", "mid_block."
+        std::vector<torch::nn::Module*> layers;
+    };
+    // The blocks in streaming order, found and ordered on first use by their bytes then.
+    std::vector<StreamBlock>& stream_order();
+    // The device bytes a block's layers hold: weights (or codes and scales) and biases.
+    std::uint64_t block_bytes(const StreamBlock& block) const;
+    // The first `count` blocks of the streaming order stream, the others are resident.
+    void stream_first(std::size_t count);
+    // The plan's count (0: every block).
+    void set_streamed_blocks(int count);
     // Level 2 back to 1: the kept float32 weights replace the bf16 ones, where each one lives.
     void restore_originals();
 
@@ -157,6 +185,7 @@ class LowVramMode {
     Device& device_;
     PlacementOptions options_;
     std::shared_ptr<PrefetchingWeightSource> prefetch_;  // level 3 with stream_prefetch
+    std::shared_ptr<WeightSource> source_;  // what the streamed layers fetch through (level 3)
     int level_ = 0;
     bool placed_ = false;  // place_model is done
     int encoder_scopes_ = 0;
@@ -166,10 +195,11 @@ class LowVramMode {
     std::vector<bool> expert_parked_;
     std::unordered_set<const c10::TensorImpl*> parked_tensors_;
     std::optional<std::size_t> active_expert_;
-    // The host-resident weights of level 3 (their TensorImpl: set_data keeps it), and the layers
-    // that fetch them.
+    // The host-resident weights of level 3 (their TensorImpl: set_data keeps it), and the blocks
+    // they belong to: the first streaming_ of stream_order_.
     std::unordered_set<const c10::TensorImpl*> streamed_;
-    std::vector<torch::nn::Module*> streamed_layers_;
+    std::vector<StreamBlock> stream_order_;
+    std::size_t streaming_ = 0;
     // The quantized layers (level 2), with the source that dequantizes their weights.
     struct QuantizedLayer {
         torch::nn::Module* module;

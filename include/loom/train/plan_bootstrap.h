@@ -27,6 +27,9 @@ std::optional<guard::PlanKey> plan_key(const config::ProcessConfig& process, con
 struct StartingPlan {
     guard::Plan plan;
     std::optional<std::int64_t> reused_stable_id;  // the store's stable plan it came from
+    // The job's own plan (no plan.yaml, no stable plan): what the job says that needs the model
+    // to become a knob (model.layer_offloading_transformer_percent) is still to be resolved.
+    bool from_job = false;
 };
 
 // `fresh` (--fresh) ignores the run folder's plan.yaml. `store` and `key` may be null: no reuse.
