@@ -5,6 +5,7 @@
 
 #include <c10/core/Stream.h>
 
+#include <atomic>
 #include <mutex>
 #include <optional>
 
@@ -53,6 +54,7 @@ class SimDevice final : public Device {
   private:
     SimAllocator& allocator_;
     int host_threads_;  // the intra-op threads before the device opened
+    mutable std::atomic<std::uint64_t> copied_to_device_{0};  // to_device's host bytes
 };
 
 class CudaDevice final : public Device {

@@ -53,6 +53,8 @@ MemoryStats SimDevice::stats() const {
     s.peak_reserved = s.peak_allocated;
     s.total = allocator_.budget();
     s.allocated_total = allocator_.allocated_total();
+    s.allocations_total = allocator_.device_allocations();
+    s.copied_to_device_total = copied_to_device_.load();
     // `dirty`: memory held outside loom, as on a GPU another process still occupies.
     s.free = fault_injector().dirty() ? 0 : s.total - std::min(s.total, s.allocated);
     return s;
@@ -64,6 +66,7 @@ void SimDevice::reset_peak() {
 
 at::Tensor SimDevice::to_device(const at::Tensor& t) const {
     if (!t.defined() || SimAllocator::is_device_resident(t)) return t;
+    copied_to_device_ += static_cast<std::uint64_t>(t.numel()) * t.element_size();
     return t.to(at::kCPU).clone();  // allocated outside any HostScope: counted
 }
 

@@ -38,12 +38,24 @@ StepClock::StepClock(Device& device) : device_(device) {
         throw Error("LOOM_STEP_CLOCK='" + std::string(choice) +
                     "' is not a clock loom has: auto (the default), wall or traffic");
     }
-    name_ = modelled_ ? "sim allocation traffic" : "wall";
+    name_ = modelled_ ? "sim model" : "wall";
+    if (const char* gbps = std::getenv("LOOM_SIM_HOST_TO_DEVICE_GBPS"); gbps != nullptr) {
+        char* end = nullptr;
+        const double value = std::strtod(gbps, &end);
+        if (end == gbps || *end != '\0' || !(value > 0.0)) {
+            throw Error("LOOM_SIM_HOST_TO_DEVICE_GBPS='" + std::string(gbps) +
+                        "' is not a bandwidth: a positive number of GB/s (25 for PCIe 4.0 x16)");
+        }
+        host_to_device_ = value * 1e9 / kSimScale;
+    }
 }
 
 void StepClock::start() {
     if (modelled_) {
-        start_bytes_ = device_.stats().allocated_total;
+        const MemoryStats s = device_.stats();
+        start_bytes_ = s.allocated_total;
+        start_allocations_ = s.allocations_total;
+        start_copied_ = s.copied_to_device_total;
     } else {
         device_.synchronize();
         start_seconds_ = wall_seconds();
@@ -52,8 +64,10 @@ void StepClock::start() {
 
 double StepClock::seconds() {
     if (modelled_) {
-        return static_cast<double>(device_.stats().allocated_total - start_bytes_) /
-               kSimBytesPerSecond;
+        const MemoryStats s = device_.stats();
+        return static_cast<double>(s.allocated_total - start_bytes_) / kSimBytesPerSecond +
+               static_cast<double>(s.allocations_total - start_allocations_) * kSimLaunchSeconds +
+               static_cast<double>(s.copied_to_device_total - start_copied_) / host_to_device_;
     }
     device_.synchronize();
     return wall_seconds() - start_seconds_;

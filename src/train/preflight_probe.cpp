@@ -97,7 +97,8 @@ guard::Measurement PreflightProbe::measure(const guard::Plan& candidate) {
     guard::Measurement m;
     m.fits = true;
     m.peak = device_.stats().peak_allocated;
-    m.step_seconds = fastest * static_cast<double>(candidate.gradient_accumulation);
+    m.step_seconds = (fastest + clock.micro_batch_seconds()) *
+                     static_cast<double>(candidate.gradient_accumulation);
     m.clock = clock.name();
     return m;
 }

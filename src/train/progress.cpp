@@ -40,22 +40,23 @@ Progress::Progress(std::filesystem::path metrics_file, std::int64_t total_steps,
 void Progress::write_metrics(const StepReport& r) {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const nlohmann::json line = {{"step", r.step},
-                                 {"time", now},
-                                 {"loss", r.loss},
-                                 {"lr", r.lr},
-                                 {"step_seconds", r.seconds},
-                                 {"buckets", r.buckets},
-                                 {"allocated", r.memory.allocated},
-                                 {"peak_allocated", r.memory.peak_allocated},
-                                 {"reserved", r.memory.reserved},
-                                 {"peak_reserved", r.memory.peak_reserved},
-                                 {"phases",
-                                  {{"data", r.times.data},
-                                   {"forward", r.times.forward},
-                                   {"backward", r.times.backward},
-                                   {"optimizer", r.times.optimizer},
-                                   {"sync", r.times.sync}}}};
+    nlohmann::json line = {{"step", r.step},
+                           {"time", now},
+                           {"loss", r.loss},
+                           {"lr", r.lr},
+                           {"step_seconds", r.seconds},
+                           {"buckets", r.buckets},
+                           {"allocated", r.memory.allocated},
+                           {"peak_allocated", r.memory.peak_allocated},
+                           {"reserved", r.memory.reserved},
+                           {"peak_reserved", r.memory.peak_reserved},
+                           {"phases",
+                            {{"data", r.times.data},
+                             {"forward", r.times.forward},
+                             {"backward", r.times.backward},
+                             {"optimizer", r.times.optimizer},
+                             {"sync", r.times.sync}}}};
+    if (r.modelled_seconds) line["modelled_seconds"] = *r.modelled_seconds;
     if (metrics_file_.empty()) return;  // a rank other than 0 of a data-parallel run
     if (!metrics_.is_open()) metrics_.open(metrics_file_, std::ios::app);
     metrics_ << line.dump() << "\n";

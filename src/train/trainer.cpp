@@ -1,6 +1,7 @@
 #include "loom/train/trainer.h"
 
 #include <cmath>
+#include <optional>
 
 #include "trainer_run.h"
 
@@ -121,12 +122,24 @@ void Trainer::train_steps(TrainSummary& summary, RunRecord* record) {
     Progress progress(leader() ? run_.metrics_jsonl() : fs::path{}, tc.steps,
                       leader() && overrides_.progress_line && ::isatty(STDERR_FILENO),
                       process_.logging.log_every);
+    // On sim every step is also timed by the modelled clock, as the measured choice times plans.
+    std::optional<StepClock> modelled;
+    if (device_->spec().kind == DeviceKind::kSim) {
+        modelled.emplace(*device_);
+        if (!modelled->modelled()) modelled.reset();  // LOOM_STEP_CLOCK=wall
+    }
     while (step_ < tc.steps) {
         const auto t0 = std::chrono::steady_clock::now();
         const double lr = lora_->schedule().lr_at(step_);
         const StepWork work = step_runner_->draw(step_);
         double loss = 0.0;
+        if (modelled) modelled->start();
         guard_->run(Phase::kTrainStep, step_ + 1, [&] { loss = step_runner_->run(work, plan()); });
+        std::optional<double> modelled_seconds;
+        if (modelled) {
+            modelled_seconds = modelled->seconds() +
+                               modelled->micro_batch_seconds() * plan().gradient_accumulation;
+        }
         step_runner_->forget_update();  // every rank trained the step
         ++step_;
         guard_->step_succeeded(step_);
@@ -137,6 +150,7 @@ void Trainer::train_steps(TrainSummary& summary, RunRecord* record) {
         report.buckets = step_runner_->buckets_trained();
         report.memory = device_->stats();
         report.times = step_runner_->times();
+        report.modelled_seconds = modelled_seconds;
         summary.losses.push_back(loss);
         progress.step_done(report);
         if (overrides_.stop_after_steps &&

@@ -18,6 +18,7 @@
 #include "loom/core/version.h"
 #include "loom/device/device.h"
 #include "loom/device/oom_classify.h"
+#include "loom/device/step_clock.h"
 #include "loom/device/step_graphs.h"
 #include "loom/dist/process_group.h"
 #include "loom/guard/event_log.h"

@@ -203,14 +203,14 @@ TEST_F(OomScenarios, D_RareLargeBucketIsDroppedWithoutLosingAStep) {
     }
     // The free rung, then the bucket. After the bucket (a rung that changes what is trained) the
     // probe measures the plans around the new one (issue 22); on sim its clock is the modelled
-    // one (device/step_clock.h), by which a higher low_vram level costs more traffic than it
+    // one (device/step_clock.h), by which a higher low_vram level costs more time than it
     // saves here: the plan stays as the bucket rung left it. The bucket stays dropped.
     const std::vector<std::string> probe_rules = change_rules(events);
     EXPECT_EQ(probe_rules,
               (std::vector<std::string>{"free.encoders_off_device", "train.drop_largest_bucket"}));
     ASSERT_FALSE(events_named(events, "measure").empty());
     for (const json& m : events_named(events, "measure")) {
-        EXPECT_EQ(m.at("clock"), "sim allocation traffic");
+        EXPECT_EQ(m.at("clock"), "sim model");
     }
     EXPECT_EQ(guard::load_plan(run_folder("d") / "plan.yaml").max_bucket_pixels, 32 * 32);
     EXPECT_EQ(metric_lines(run_folder("d")), 10u);

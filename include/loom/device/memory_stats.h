@@ -19,6 +19,11 @@ struct MemoryStats {
     // bytes handed out since the device opened, freed or not (cumulative; 0 on cpu): how much
     // memory traffic a piece of work caused (device/step_clock.h)
     std::uint64_t allocated_total = 0;
+    // device allocations handed out since the device opened (sim only; 0 elsewhere): a kernel's
+    // output each, so the kernel launches a piece of work made (device/step_clock.h)
+    std::uint64_t allocations_total = 0;
+    // bytes copied from host memory to the device since it opened (sim only; 0 elsewhere)
+    std::uint64_t copied_to_device_total = 0;
 
     // "allocated 12.00 MiB, reserved 16.00 MiB, peak 40.00 MiB, free 80.00 MiB of 96.00 MiB"
     std::string to_string() const;

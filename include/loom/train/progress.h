@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct StepReport {
     std::vector<std::string> buckets;  // the step trained in ("64x64", a clip "64x64x9f")
     MemoryStats memory;                // the device after the step
     StepTimes times;                   // of the step's successful attempt
+    // On sim: the step's time by the modelled clock (device/step_clock.h), retries included, so
+    // that benchmarks compare plans as the measured choice does; unset elsewhere.
+    std::optional<double> modelled_seconds;
 };
 
 class Progress {
