@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Streamed blocks at real width (issue 64): does the ladder land on the fastest block count that
-fits? On `sim`, for a model folder (make_real_width_flux.py's Flux.1-dev width), batch 1 at 128 px,
+fits? On `sim`, for a model folder (make_real_width_flux.py's Flux.1-dev width), batch 1 at 128 px (SWEEP_RESOLUTION),
 gradient checkpointing, LoRA rank 16, bf16, text embeddings cached, sampling off:
 
 1. Every count by hand: level 2 (no block streams) and level 3 with N = 1 .. all blocks streaming
@@ -27,10 +27,13 @@ import loom_job
 from tiny_data import add_images
 
 
+RESOLUTION = int(os.environ.get("SWEEP_RESOLUTION", "128"))
+
+
 def job(work, name, model, oom, steps):
     return loom_job.job_yaml(name, work, "sim", 5, 16, 1000, f"""      datasets:
         - folder_path: {work}/data
-          resolution: [128]
+          resolution: [{RESOLUTION}]
           cache_latents_to_disk: true
       train: {{steps: {steps}, lr: 1e-4, batch_size: 1, gradient_checkpointing: true, dtype: bf16,
               cache_text_embeddings: true, disable_sampling: true}}
@@ -68,10 +71,10 @@ def main():
     steps = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     os.makedirs(work, exist_ok=True)
     os.environ["LOOM_HOME"] = os.path.join(work, "home")  # no stable plans from elsewhere
-    add_images(os.path.join(work, "data"), 2, 128)
+    add_images(os.path.join(work, "data"), 2, RESOLUTION)
 
     by_hand = {}  # count -> (peak, modelled seconds)
-    print(f"{'count':>6} {'step peak':>12} {'modelled s/step':>16}", flush=True)
+    print(f"{'count':>6} {'step peak':>12} {'held':>12} {'modelled s/step':>16}", flush=True)
     for count in range(0, blocks + 1):
         oom = ("probe: false, reuse_stable: \"off\", vram_limit: 64GiB, "
                + ("low_vram_level: 2" if count == 0 else
@@ -82,7 +85,9 @@ def main():
         peak = max(m["peak_allocated"] for m in metrics)
         seconds = metrics[-1]["modelled_seconds"]
         by_hand[count] = (peak, seconds)
-        print(f"{count:6} {peak / 2**30:8.3f} GiB {seconds:16.3f}", flush=True)
+        held = metrics[-1]["allocated"]
+        print(f"{count:6} {peak / 2**30:8.3f} GiB {held / 2**30:8.3f} GiB {seconds:16.3f}",
+              flush=True)
 
     budgets = [int(by_hand[0][0] * 1.05)]
     counts = sorted(by_hand)

@@ -261,8 +261,13 @@ def scenario_streamed_blocks(loom, work, s):
     compute stream and with the side-stream prefetch: the step time per count."""
     data = os.path.join(work, "data")
     job = dict(data=data, batch=1, checkpointing=True)
-    level2 = probe_peaks(loom, work, "level2", s, low_vram=2, **job)["train"]
-    every = probe_peaks(loom, work, "every_block", s, low_vram=3, **job)["train"]
+
+    def step_peak(name, **more):  # a trained step's peak: the optimizer's state included
+        _, m, _ = train_ok(loom, work, "calibrate_" + name, s, steps=2, **job, **more)
+        return max(x["peak_allocated"] for x in m)
+
+    level2 = step_peak("level2", low_vram=2)
+    every = step_peak("every_block", low_vram=3)
     cap = every + (level2 - every) // 2
     events, metrics, _ = train_ok(loom, work, "ladder", s, steps=s.steps, probe=True,
                                   vram=kib(cap), low_vram=2, **job)
