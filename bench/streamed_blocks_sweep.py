@@ -74,8 +74,17 @@ def main():
     add_images(os.path.join(work, "data"), 2, RESOLUTION)
 
     by_hand = {}  # count -> (peak, modelled seconds)
+    # WORK/by_hand.json keeps the table: a rerun of the budgets on another build reads it
+    # (SWEEP_REUSE=1) instead of training every count again.
+    table = os.path.join(work, "by_hand.json")
+    if os.environ.get("SWEEP_REUSE") == "1" and os.path.exists(table):
+        by_hand = {int(k): tuple(v) for k, v in json.load(open(table)).items()}
     print(f"{'count':>6} {'step peak':>12} {'held':>12} {'modelled s/step':>16}", flush=True)
     for count in range(0, blocks + 1):
+        if count in by_hand:
+            print(f"{count:6} {by_hand[count][0] / 2**30:8.3f} GiB {'':>12} "
+                  f"{by_hand[count][1]:16.3f}  (from {table})", flush=True)
+            continue
         oom = ("probe: false, reuse_stable: \"off\", vram_limit: 64GiB, "
                + ("low_vram_level: 2" if count == 0 else
                   f"low_vram_level: 3, streamed_blocks: {count}"))
@@ -88,6 +97,7 @@ def main():
         held = metrics[-1]["allocated"]
         print(f"{count:6} {peak / 2**30:8.3f} GiB {held / 2**30:8.3f} GiB {seconds:16.3f}",
               flush=True)
+        json.dump(by_hand, open(table, "w"))
 
     budgets = [int(by_hand[0][0] * 1.05)]
     counts = sorted(by_hand)

@@ -57,6 +57,24 @@ std::uint64_t nbytes(const at::Tensor& t) {
     return t.defined() ? static_cast<std::uint64_t>(t.numel()) * t.element_size() : 0;
 }
 
+// The bytes level 2 holds a weight in, codes and scales (model/nn/quantized_weight.h's layouts),
+// for a layer not quantized yet: the ladder weighs blocks at level 2's sizes before it gets there
+// (a load that fails at level 2 streams blocks counted in their quantized bytes).
+std::uint64_t quantized_nbytes(const at::Tensor& weight, QType qtype) {
+    const std::int64_t out = weight.size(0);
+    const std::int64_t rest = weight.numel() / std::max<std::int64_t>(out, 1);
+    if (qtype == QType::kUInt4) {
+        const std::int64_t groups = rest / uint4_group_size(rest);
+        return static_cast<std::uint64_t>(out * ((rest + 1) / 2) + out * groups * 2 * 2);
+    }
+    return static_cast<std::uint64_t>(out * rest + out * 4);
+}
+
+// What level 2 keeps of a bias or other frozen tensor: bf16.
+std::uint64_t bf16_nbytes(const at::Tensor& t) {
+    return t.defined() ? static_cast<std::uint64_t>(t.numel()) * 2 : 0;
+}
+
 }  // namespace
 
 std::vector<LowVramMode::StreamBlock>& LowVramMode::stream_order() {
@@ -95,8 +113,9 @@ std::uint64_t LowVramMode::block_bytes(const StreamBlock& block) const {
     for (torch::nn::Module* m : block.layers) {
         const LayerParts parts = parts_of(*m);
         const QuantizedFetch* q = quantized_source(m);
-        bytes += (q != nullptr ? static_cast<std::uint64_t>(q->bytes()) : nbytes(*parts.weight)) +
-                 nbytes(*parts.bias);
+        bytes += q != nullptr ? static_cast<std::uint64_t>(q->bytes()) + nbytes(*parts.bias)
+                              : quantized_nbytes(*parts.weight, options_.base_qtype) +
+                                    bf16_nbytes(*parts.bias);
     }
     return bytes;
 }
@@ -116,8 +135,9 @@ LowVramMode::StreamFacts LowVramMode::stream_facts() {
                 for (std::int64_t d : q->shape()) numel *= d;
                 fetch += static_cast<std::uint64_t>(q->bytes()) +
                          static_cast<std::uint64_t>(numel) * c10::elementSize(q->dtype());
-            } else {
-                fetch += nbytes(*parts.weight);
+            } else {  // not quantized yet: as level 2 will fetch it
+                fetch += quantized_nbytes(*parts.weight, options_.base_qtype) +
+                         static_cast<std::uint64_t>(parts.weight->numel()) * 2;
             }
             largest_fetch = std::max(largest_fetch, fetch);
         }

@@ -44,9 +44,9 @@ void Trainer::load() {
             offload, std::min(count, blocks), blocks);
     }
     start_from_job_ = false;
+    tell_stream_facts(*placement);  // a placement that runs out of memory counts blocks
     placement->place_model(plan().low_vram, plan().streamed_blocks);
     low_vram_ = std::move(placement);
-    tell_stream_facts();
     model_->set_gradient_checkpointing(plan().gradient_checkpointing);
     const MemoryStats loaded = device_->stats();
     train_log().info("model: {} ({}), device memory after load: {} ({} bytes allocated)",

@@ -106,7 +106,7 @@ void Trainer::apply_plan(const guard::Plan& from, const guard::Plan& to) {
     if (data_) data_->apply_plan(from, to);
     if ((from.low_vram != to.low_vram || from.streamed_blocks != to.streamed_blocks) && low_vram_) {
         low_vram_->set_level(to.low_vram, to.streamed_blocks);
-        tell_stream_facts();  // level 2 quantized the blocks: the ladder weighs their new sizes
+        tell_stream_facts(*low_vram_);  // level 2's codes: the blocks' own sizes now
     }
     if (from.idle_expert_on_host != to.idle_expert_on_host && low_vram_) {
         low_vram_->set_idle_expert_on_host(to.idle_expert_on_host);
@@ -153,8 +153,8 @@ std::optional<guard::Measurement> Trainer::measure(const guard::Plan& current,
     return m;
 }
 
-void Trainer::tell_stream_facts() {
-    LowVramMode::StreamFacts facts = low_vram_->stream_facts();
+void Trainer::tell_stream_facts(LowVramMode& placement) {
+    LowVramMode::StreamFacts facts = placement.stream_facts();
     guard_->set_stream_facts(std::move(facts.block_bytes), facts.overhead);
 }
 

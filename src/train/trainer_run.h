@@ -88,9 +88,9 @@ class Trainer final : public guard::GuardedTarget {
     void start_guard();
     guard::PolicyContext policy_context() const;
     PlacementOptions placement_options() const;
-    // The placed denoiser's blocks as the ladder's streaming rungs weigh them (Guard's
-    // set_stream_facts): after placement and after every low_vram change.
-    void tell_stream_facts();
+    // The denoiser's blocks as the ladder's streaming rungs weigh them (Guard's
+    // set_stream_facts): before placement and after every low_vram change.
+    void tell_stream_facts(LowVramMode& placement);
     void load();
     void prepare_data();
     void maybe_resume();

@@ -95,9 +95,10 @@ class LowVramMode {
     int streamed_blocks() const;
     int block_count() { return static_cast<int>(stream_order().size()); }
     // The denoiser's blocks as the ladder weighs them (guard::PolicyContext): each one's bytes on
-    // the device in the streaming order — what streaming it frees, at the sizes they have now
-    // (level 2's, quantized, once it is on) — and what streaming adds to a step however many
-    // blocks stream: (prefetch depth + 1) copies of the largest fetch.
+    // the device in the streaming order — what streaming it frees, at level 2's sizes (quantized
+    // in the job's qtype: their own once level 2 made them, computed from the weights' shapes
+    // before) — and what streaming adds to a step however many blocks stream: (prefetch depth + 1)
+    // copies of the largest fetch. Known before placement, so a load that fails counts blocks.
     struct StreamFacts {
         std::vector<std::uint64_t> block_bytes;
         std::uint64_t overhead = 0;
