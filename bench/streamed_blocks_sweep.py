@@ -105,7 +105,10 @@ def main():
         budgets.append((by_hand[a][0] + by_hand[b][0]) // 2)
     print(f"\n{'budget':>10} {'landed':>7} {'smallest':>9} {'best':>5} {'ratio':>6} {'lost':>5}"
           f" {'peak':>10}", flush=True)
+    below = float(os.environ.get("SWEEP_BELOW", "inf"))  # only the budgets under this (bytes)
     for budget in sorted(set(budgets), reverse=True):
+        if budget >= below:
+            continue
         fitting = [c for c, (peak, _) in by_hand.items() if peak <= budget]
         if not fitting:
             continue

@@ -78,8 +78,16 @@ std::string render(const Diagnosis& d) {
     render_figures(out, d.figures);
     if (!d.loom_changes.empty()) {
         out << "\nloom already changed (it recovers by itself):\n";
-        for (const LoomChange& c : d.loom_changes) {
+        // One line per plan change: the knobs one change turned (batch and accumulation, a level
+        // and its streamed blocks) share their log line and rule.
+        for (std::size_t i = 0; i < d.loom_changes.size(); ++i) {
+            const LoomChange& c = d.loom_changes[i];
             out << "  line " << c.line << ": " << c.knob << " " << c.from << " -> " << c.to;
+            while (i + 1 < d.loom_changes.size() && d.loom_changes[i + 1].line == c.line &&
+                   d.loom_changes[i + 1].rule == c.rule) {
+                const LoomChange& more = d.loom_changes[++i];
+                out << ", " << more.knob << " " << more.from << " -> " << more.to;
+            }
             if (!c.rule.empty()) out << " (rule: " << c.rule << ")";
             if (!c.phase.empty()) {
                 out << ", after the OOM in " << c.phase;
